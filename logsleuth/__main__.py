@@ -1,0 +1,5 @@
+"""`python -m logsleuth` runs the CLI."""
+
+from .cli import main
+
+main()

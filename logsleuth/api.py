@@ -1,0 +1,116 @@
+"""analyze(): the library entry point; wires ingest -> parse -> match -> reason -> report.
+
+It never raises and never outlives its budget by more than one block of work:
+an epilog calls it and must always get a report back.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Sequence
+from datetime import datetime
+from typing import BinaryIO
+
+import polars as pl
+
+from . import __version__, ingest, match, parse, reason, rulebook
+from .redact import redact_frame
+from .report.build import build
+from .report.model import CandidateOut, Evidence, FirstFailure, InputOut, Report, Verdict
+
+
+def analyze(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    rules: Sequence[str | os.PathLike[str]] | None = None,
+    budget_s: float | None = None,
+    stdin: BinaryIO | None = None,
+    redact: bool = True,
+) -> Report:
+    """Diagnose a failed job from its logs.
+
+    ``paths``: files, globs, directories, ``.gz`` files, or ``-`` for stdin.
+    ``rules``: extra rule folders or files (override built-in rules by id).
+    ``budget_s``: stop reading after this many seconds and report on what was read.
+    ``redact``: replace secrets (tokens, keys, passwords) in every text of the report.
+    """
+    started = time.monotonic()
+    inputs = ingest.expand(paths)
+    try:
+        ruleset = rulebook.load(rules or ())
+        events = load_events(inputs, ruleset, budget_s=budget_s, stdin=stdin, redact=redact)
+        hits = match.match(events, ruleset)
+        reasoning = reason.reason(events, hits, ruleset)
+        stats = {
+            "events": events.height,
+            "hits": hits.height,
+            "rules": len(ruleset.rules),
+            "seconds": round(time.monotonic() - started, 3),
+        }
+        return build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats)
+    except Exception as exc:  # the promise: a report, never a traceback
+        return _failed_report(inputs, exc)
+
+
+def load_events(
+    inputs: list[ingest.InputInfo],
+    ruleset: rulebook.RuleSet,
+    *,
+    budget_s: float | None = None,
+    stdin: BinaryIO | None = None,
+    redact: bool = True,
+) -> pl.DataFrame:
+    """Ingest and parse: the event table for these inputs, identities resolved.
+
+    Secrets are redacted here, once, so no output built on the table can leak them.
+    """
+    ingested = ingest.ingest(
+        inputs,
+        [*parse.KEYWORDS, *ruleset.keywords],
+        deadline=ingest.deadline_from_budget(budget_s),
+        stdin=stdin,
+    )
+    events = reason.resolve_identity(parse.build(ingested.lines, _years(inputs)))
+    return redact_frame(events) if redact else events
+
+
+def events_for(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    rules: Sequence[str | os.PathLike[str]] | None = None,
+    redact: bool = True,
+) -> tuple[pl.DataFrame, list[ingest.InputInfo]]:
+    """The event table and input records, for `logsleuth events` and for people who query it."""
+    inputs = ingest.expand(paths)
+    return load_events(inputs, rulebook.load(rules or ()), redact=redact), inputs
+
+
+def _years(inputs: list[ingest.InputInfo]) -> dict[str, int]:
+    """glog stamps have no year: take the file's modification year (or this year)."""
+    now = datetime.now().year
+    return {i.file: datetime.fromtimestamp(i.mtime).year if i.mtime else now for i in inputs}
+
+
+def _failed_report(inputs: list[ingest.InputInfo], exc: BaseException) -> Report:
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    spot = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
+    note = f"internal error{spot}: {type(exc).__name__}: {exc}"
+    verdict = Verdict(
+        cause="unknown",
+        category="unknown",
+        confidence=0.0,
+        first_failure=FirstFailure(),
+        evidence=list[Evidence](),
+        summary="logsleuth could not finish the analysis; this is a bug in logsleuth, not in your job.",
+        fix=["Report this with the note below and, if you can, the logs."],
+        title="Analysis failed",
+    )
+    return Report(
+        verdict=verdict,
+        candidates=[CandidateOut("unknown", "unknown", 0.0)],
+        inputs=[InputOut(i.file, i.bytes, i.lines, list(i.problems)) for i in inputs],
+        notes=[note],
+        version=__version__,
+    )

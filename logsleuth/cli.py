@@ -1,0 +1,290 @@
+"""The `logsleuth` command: a thin typer layer over the library.
+
+Exit status (stable; see README):
+  0  the analysis ran (whatever the verdict)
+  1  --fail-on matched the verdict
+  2  usage error (bad option, unknown format, invalid rules)
+  3  no readable input: every input was missing, empty, binary or unreadable
+  4  the analysis itself failed (a logsleuth bug); a report is still printed
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from . import __version__
+
+if TYPE_CHECKING:
+    import polars as pl
+
+EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE, EXIT_NO_INPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4
+
+app = typer.Typer(
+    name="logsleuth",
+    help="Tell why a distributed PyTorch job died, from its logs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+rules_app = typer.Typer(help="List and check rules.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+PathsArg = Annotated[list[str], typer.Argument(help="Log files, globs, directories, .gz files, or - for stdin.", show_default=False)]
+RulesOpt = Annotated[
+    list[Path] | None, typer.Option("--rules", help="Extra rule folder or file (repeatable); overrides built-in rules by id.")
+]
+
+
+def _err(message: str) -> None:
+    typer.echo(f"logsleuth: {message}", err=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"logsleuth {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """Tell why a distributed PyTorch job died, from its logs."""
+
+
+def _load_rules_or_exit(rules: list[Path] | None) -> None:
+    from .rulebook import RuleError, load
+
+    try:
+        load(rules or ())
+    except RuleError as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+@app.command()
+def analyze(
+    paths: PathsArg,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal, json or markdown.")] = "terminal",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file instead of stdout.")] = None,
+    rules: RulesOpt = None,
+    budget: Annotated[float | None, typer.Option("--budget", help="Stop reading after this many seconds; report on what was read.")] = None,
+    fail_on: Annotated[
+        str | None,
+        typer.Option("--fail-on", help="Exit 1 when the verdict's cause or category is in this comma list ('any': any failure)."),
+    ] = None,
+    color: Annotated[
+        bool | None, typer.Option("--color/--no-color", help="Colour in the terminal format (default: when stdout is a terminal).")
+    ] = None,
+    no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep secrets (tokens, passwords) in the report.")] = False,
+) -> None:
+    """Analyse the logs of one job and print the verdict."""
+    from .api import analyze as run
+    from .report.render import FORMATS, render
+
+    if fmt not in FORMATS:
+        _err(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        raise typer.Exit(EXIT_USAGE)
+    _load_rules_or_exit(rules)
+    report = run(paths, rules=rules, budget_s=budget, redact=not no_redact)
+    use_color = (sys.stdout.isatty() and output is None) if color is None else color
+    text = render(report, fmt, color=use_color)
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    for inp in report.inputs:
+        for problem in inp.problems:
+            _err(f"{inp.file}: {problem}")
+    if any(n.startswith("internal error") for n in report.notes):
+        _err(report.notes[0])
+        raise typer.Exit(EXIT_INTERNAL)
+    if not report.readable:
+        _err("no readable input: nothing was analysed")
+        raise typer.Exit(EXIT_NO_INPUT)
+    if fail_on and _fails(report.verdict.cause, report.verdict.category, fail_on):
+        raise typer.Exit(EXIT_FAIL_ON)
+
+
+def _fails(cause: str, category: str, spec: str) -> bool:
+    wanted = {s.strip() for s in spec.split(",") if s.strip()}
+    if "any" in wanted:
+        return category != "none"
+    return cause in wanted or category in wanted
+
+
+@app.command()
+def events(
+    paths: PathsArg,
+    rank: Annotated[list[int] | None, typer.Option(help="Only these ranks (repeatable).")] = None,
+    node: Annotated[list[str] | None, typer.Option(help="Only these nodes (repeatable).")] = None,
+    source: Annotated[list[str] | None, typer.Option(help="slurm, nccl, torch, launcher, python or app (repeatable).")] = None,
+    level: Annotated[list[str] | None, typer.Option(help="fatal, error, warning, info or debug (repeatable).")] = None,
+    kind: Annotated[list[str] | None, typer.Option(help="Event kind, e.g. traceback, srun_exit (repeatable).")] = None,
+    grep: Annotated[str | None, typer.Option(help="Only events whose message matches this regex.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Export to .parquet, .csv, .jsonl or .json instead of printing.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Rows to print (export writes all).")] = 50,
+    rules: RulesOpt = None,
+    no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep secrets (tokens, passwords) in the output.")] = False,
+) -> None:
+    """Show or export the event table that the analysis works on."""
+    import polars as pl
+
+    from .api import events_for
+
+    _load_rules_or_exit(rules)
+    table, inputs = events_for(paths, rules=rules, redact=not no_redact)
+    for col, values in (("rank", rank), ("node", node), ("source", source), ("level", level), ("kind", kind)):
+        if values:
+            table = table.filter(pl.col(col).is_in(values))
+    if grep:
+        try:
+            table = table.filter(pl.col("message").str.contains(grep))
+        except pl.exceptions.ComputeError as exc:
+            _err(f"invalid --grep regex: {str(exc).splitlines()[0]}")
+            raise typer.Exit(EXIT_USAGE) from None
+    for inp in inputs:
+        for problem in inp.problems:
+            _err(f"{inp.file}: {problem}")
+    if output:
+        suffix = output.suffix.lower()
+        writers: dict[str, Callable[[Path], object]] = {
+            ".parquet": table.write_parquet,
+            ".csv": table.write_csv,
+            ".jsonl": table.write_ndjson,
+            ".ndjson": table.write_ndjson,
+            ".json": table.write_json,
+        }
+        if suffix not in writers:
+            _err(f"cannot export to {suffix or 'a file without suffix'}: use .parquet, .csv, .jsonl or .json")
+            raise typer.Exit(EXIT_USAGE)
+        writers[suffix](output)
+        typer.echo(f"wrote {table.height} events to {output}", err=True)
+    else:
+        _print_events(table, limit)
+    if not any(i.lines for i in inputs):
+        _err("no readable input")
+        raise typer.Exit(EXIT_NO_INPUT)
+
+
+def _print_events(table: pl.DataFrame, limit: int) -> None:
+    """One line per event: location, who, what, message; cut to the terminal width."""
+    import shutil
+
+    width = shutil.get_terminal_size((160, 20)).columns
+    for row in table.head(limit).iter_rows(named=True):
+        who = " ".join(x for x in (f"r{row['rank']}" if row["rank"] is not None else "", row["node"] or "") if x)
+        head = f"{row['file']}:{row['line']}  {who or '-'}  {row['source']}/{row['level']}  {row['kind']}  "
+        text = (row["message"] or "").replace("\n", " ⏎ ")
+        typer.echo((head + text)[:width])
+    if table.height > limit:
+        typer.echo(f"… {table.height - limit} more events (use --limit or --output)", err=True)
+
+
+@rules_app.command("list")
+def rules_list(rules: RulesOpt = None) -> None:
+    """List the rules in use (built-in plus --rules)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .rulebook import RuleError, load
+
+    try:
+        ruleset = load(rules or ())
+    except RuleError as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    table = Table(show_header=True, header_style="bold", box=None)
+    for col in ("id", "name", "cause", "category", "role", "weight"):
+        table.add_column(col)
+    for r in sorted(ruleset.rules, key=lambda r: r.id):
+        table.add_row(r.id, escape(r.name), escape(r.cause), ruleset.category(r.cause), r.role, f"{r.weight:.2f}")
+    Console().print(table)
+
+
+@rules_app.command("check")
+def rules_check(
+    folders: Annotated[list[Path] | None, typer.Argument(help="Rule folders or files to check together with the built-in rules.")] = None,
+) -> None:
+    """Validate rules: schema, patterns, and every example through the real pipeline."""
+    from .rulebook import RuleError, load
+    from .rulecheck import check
+
+    try:
+        ruleset = load(folders or ())
+    except RuleError as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_FAIL_ON) from None
+    problems = check(ruleset)
+    for p in problems:
+        typer.echo(p)
+    n_ex = sum(len(r.examples_match) + len(r.examples_no_match) for r in ruleset.rules)
+    if problems:
+        typer.echo(f"{len(problems)} problem(s) in {len(ruleset.rules)} rules", err=True)
+        raise typer.Exit(EXIT_FAIL_ON)
+    typer.echo(f"ok: {len(ruleset.rules)} rules, {len(ruleset.causes)} causes, {n_ex} examples")
+
+
+@app.command()
+def explain(
+    what: Annotated[str, typer.Argument(help="A cause id (e.g. port_in_use) or a rule id (e.g. RDZ001).")],
+    rules: RulesOpt = None,
+) -> None:
+    """Explain a cause or a rule: what it means, how to fix it, what detects it."""
+    from .rulebook import RuleError, load
+    from .taxonomy import TAXONOMY
+
+    try:
+        ruleset = load(rules or ())
+    except RuleError as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    by_id = ruleset.by_id()
+    if what in by_id:
+        r = by_id[what]
+        cause = ruleset.cause(r.cause)
+        lines = [
+            f"{r.id} {r.name}",
+            f"cause: {r.cause} (category {ruleset.category(r.cause)}), role {r.role}, weight {r.weight}",
+            f"defined at {r.origin}",
+            "",
+        ]
+        lines += [r.explanation or cause.explanation, "", "Fix:"] + [f"  {i}. {s}" for i, s in enumerate(r.fix or cause.fix, 1)]
+        lines += ["", "Patterns:"] + [f"  {p}" for p in r.patterns]
+        refs = r.references or cause.references
+        if refs:
+            lines += ["", "References:"] + [f"  {u}" for u in refs]
+        typer.echo("\n".join(lines))
+        return
+    if what not in TAXONOMY and what not in ruleset.causes:
+        known = ", ".join(sorted(set(TAXONOMY) | set(ruleset.causes)))
+        _err(f"unknown cause or rule {what!r}. Known causes: {known}")
+        raise typer.Exit(EXIT_USAGE)
+    cause = ruleset.cause(what)
+    detecting = sorted((r for r in ruleset.rules if r.cause == what or ruleset.category(r.cause) == what), key=lambda r: r.id)
+    finer = sorted(c.id for c in ruleset.causes.values() if c.parent == what and c.id != what)
+    lines = [f"{what}: {cause.title}"]
+    if cause.parent != what:
+        lines.append(f"refines: {cause.parent}")
+    lines += ["", cause.explanation or TAXONOMY.get(what, ""), ""]
+    if cause.fix:
+        lines += ["Fix:"] + [f"  {i}. {s}" for i, s in enumerate(cause.fix, 1)] + [""]
+    if finer:
+        lines += ["Finer causes: " + ", ".join(finer), ""]
+    lines += ["Detected by:"] + ([f"  {r.id} {r.name} ({r.role}, weight {r.weight})" for r in detecting] or ["  (no rule)"])
+    if cause.references:
+        lines += ["", "References:"] + [f"  {u}" for u in cause.references]
+    typer.echo("\n".join(lines))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

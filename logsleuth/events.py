@@ -1,0 +1,73 @@
+"""The event table: one schema, defined once, shared by every stage.
+
+Parsers fill it, the matcher and the reasoner read it, `logsleuth events`
+exports it. A row is one event: a log line worth looking at, or a block folded
+into one row (a Python traceback, a torchrun failure entry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+
+SOURCES = ("slurm", "nccl", "torch", "launcher", "python", "app")
+LEVELS = ("fatal", "error", "warning", "info", "debug")
+
+#: Column name -> dtype. The first block is what every row has; the second
+#: holds the structured fields that some kinds of event carry.
+SCHEMA: Mapping[str, pl.DataType] = {
+    "file": pl.String(),  # the path as the user gave it
+    "line": pl.UInt32(),  # 1-based line of the key line (the evidence to show)
+    "block_start": pl.UInt32(),  # first line of a folded block, else = line
+    "rank": pl.Int32(),  # global rank, when known
+    "local_rank": pl.Int32(),
+    "task": pl.Int32(),  # srun task id (srun --label)
+    "node": pl.String(),  # short host name
+    "pid": pl.Int64(),
+    "time": pl.Datetime("us"),  # the line's own timestamp, local time, naive
+    "source": pl.String(),  # one of SOURCES
+    "level": pl.String(),  # one of LEVELS
+    "kind": pl.String(),  # what the line is, e.g. traceback, nccl_warn, srun_exit
+    "message": pl.String(),  # text without prefixes; folded blocks joined by \n
+    "raw": pl.String(),  # the key line as written (ANSI codes removed)
+    "stream": pl.String(),  # identity of the writer (file + prefixes), for folding
+    # structured fields
+    "exc_type": pl.String(),
+    "detail": pl.String(),  # kind-specific extra: last frame, CFE section, NCCL file:line
+    "op": pl.String(),
+    "seq": pl.Int64(),
+    "numel": pl.Int64(),
+    "timeout_ms": pl.Int64(),
+    "elapsed_ms": pl.Int64(),
+    "exit_code": pl.Int32(),
+    "signal": pl.String(),  # SIGKILL, SIGTERM, ... (never a bare number)
+    "version": pl.String(),
+    "interface": pl.String(),
+    "nranks": pl.Int32(),
+    "job": pl.String(),  # SLURM job or step id
+    "reason": pl.String(),  # SLURM cancel reason, etc.
+    "tasks": pl.String(),  # SLURM task range, e.g. "0-3,5"
+}
+
+COLUMNS = tuple(SCHEMA)
+
+
+def empty() -> pl.DataFrame:
+    """An event table with no rows, for inputs with nothing to say."""
+    return pl.DataFrame(schema=dict(SCHEMA))
+
+
+def conform(df: pl.DataFrame) -> pl.DataFrame:
+    """Give a parser's output exactly the schema: missing columns as nulls, fixed order.
+
+    Parsers only produce the columns they know; this keeps every stage's input
+    the same shape.
+    """
+    exprs = []
+    for name, dtype in SCHEMA.items():
+        if name in df.columns:
+            exprs.append(pl.col(name).cast(dtype))
+        else:
+            exprs.append(pl.lit(None, dtype=dtype).alias(name))
+    return df.select(exprs)

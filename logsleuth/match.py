@@ -1,0 +1,91 @@
+"""Rules over the event table -> a hits table (event, rule, cause, role, weight).
+
+Every rule becomes one boolean polars expression over the ``message`` column
+(plus its scope filters); all rules are evaluated in a single ``select``, which
+polars runs in parallel and in linear time. A pattern the linear-time engine
+cannot run (look-around, back-references) falls back to the ``regex`` package
+with a per-line timeout, on the few events its keywords let through.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .rulebook import Rule, RuleSet
+
+#: Seconds one fallback regex may spend on one message.
+PYTHON_REGEX_TIMEOUT = 0.05
+
+HITS_SCHEMA = {
+    "eid": pl.UInt32(),
+    "rule": pl.String(),
+    "cause": pl.String(),
+    "category": pl.String(),
+    "role": pl.String(),
+    "weight": pl.Float64(),
+}
+
+
+def _scope(rule: Rule) -> pl.Expr:
+    cond = pl.lit(True)
+    for column, allowed in rule.scope.items():
+        col = pl.col(column)
+        cond = cond & (
+            col.str.contains(allowed).fill_null(False) if isinstance(allowed, str) else col.is_in(list(allowed)).fill_null(False)
+        )
+    return cond
+
+
+def _rule_expr(rule: Rule) -> pl.Expr:
+    msg = pl.col("message")
+    hit = msg.str.contains(rule.pattern).fill_null(False)
+    for pat in rule.exclude:
+        hit = hit & ~msg.str.contains(pat).fill_null(False)
+    return (hit & _scope(rule)).alias(rule.id)
+
+
+def _python_hits(events: pl.DataFrame, rule: Rule) -> pl.Series:
+    """Evaluate a look-around rule with the regex package, only on keyword-bearing events."""
+    import regex
+
+    pats = [regex.compile(p) for p in rule.patterns]
+    excl = [regex.compile(p) for p in rule.exclude]
+    pre = events.select((pl.col("message").str.contains_any(list(rule.keywords)) & _scope(rule)).fill_null(False)).to_series()
+    out = [False] * events.height
+    messages = events.get_column("message")
+    for i in pre.arg_true().to_list():  # only events that carry a keyword: few
+        text = messages[i] or ""
+        try:
+            if any(p.search(text, timeout=PYTHON_REGEX_TIMEOUT) for p in pats) and not any(
+                p.search(text, timeout=PYTHON_REGEX_TIMEOUT) for p in excl
+            ):
+                out[i] = True
+        except TimeoutError:
+            continue
+    return pl.Series(rule.id, out, dtype=pl.Boolean)
+
+
+def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
+    """Return one row per (event, rule) hit; ``eid`` is the event's row index."""
+    if events.is_empty() or not rules.rules:
+        return pl.DataFrame(schema=HITS_SCHEMA)
+    fast = [r for r in rules.rules if r.engine == "polars"]
+    slow = [r for r in rules.rules if r.engine != "polars"]
+    columns: list[pl.DataFrame] = []
+    if fast:
+        columns.append(events.select([_rule_expr(r) for r in fast]))
+    if slow:
+        columns.append(pl.DataFrame([_python_hits(events, r) for r in slow]))
+    table = pl.concat(columns, how="horizontal")
+    # one small frame per rule (a loop over rules, not lines): hits are few
+    parts = [
+        pl.DataFrame({"eid": table.get_column(r.id).arg_true().cast(pl.UInt32)}).with_columns(
+            pl.lit(r.id).alias("rule"),
+            pl.lit(r.cause).alias("cause"),
+            pl.lit(rules.category(r.cause)).alias("category"),
+            pl.lit(r.role).alias("role"),
+            pl.lit(r.weight, dtype=pl.Float64).alias("weight"),
+        )
+        for r in rules.rules
+    ]
+    return pl.concat(parts).sort("eid", "rule")

@@ -1,0 +1,162 @@
+"""Line tables -> the event table.
+
+Order matters: tracebacks and torchrun failure tables are folded first (their
+lines must not be claimed one by one), then each source claims the single
+lines it recognises, then whatever is left becomes a plain ``line`` event.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from logsleuth import events
+
+from . import nccl, prefixes, python, slurm, torch
+
+#: Literal strings that make a raw line worth parsing (the ingest prefilter).
+#: Rules add their own keywords; these are what the parsers themselves need.
+KEYWORDS: tuple[str, ...] = (
+    # generic trouble words, in the case variants that occur
+    "error",
+    "Error",
+    "ERROR",
+    "warn",
+    "Warn",
+    "WARN",
+    "xception",
+    "fatal",
+    "Fatal",
+    "FATAL",
+    "fail",
+    "Fail",
+    "FAIL",
+    "abort",
+    "Abort",
+    "ABORT",
+    "illed",
+    "kill",
+    "Kill",
+    "ignal",
+    "SIG",
+    "imeout",
+    "imed out",
+    "TIME LIMIT",
+    "CANCELLED",
+    "cancelled",
+    "refused",
+    "denied",
+    "Denied",
+    "ermission",
+    "Segmentation",
+    "segfault",
+    "core dumped",
+    "terminate",
+    "Terminat",
+    "what():",
+    "ssert",
+    "xit",
+    "OOM",
+    "emory",
+    "annot ",
+    "ould not",
+    "nable to",
+    "not found",
+    "o such",
+    "nvalid",
+    "ismatch",
+    "No space",
+    "uota",
+    "esolv",
+    "Name or service",
+    "getaddrinfo",
+    "onnection",
+    "reset by peer",
+    "Broken pipe",
+    "EADDR",
+    "ECONN",
+    "rrno",
+    "stuck",
+    "hung",
+    "eartbeat",
+    "atchdog",
+    "desync",
+    "Xid",
+    "NVRM",
+    "ECC",
+    "fallen off",
+    "undefined symbol",
+    "shared object",
+    "dev/shm",
+    "PREEMPT",
+    "equeue",
+    "NODE FAIL",
+    "not responding",
+    # structure the parsers fold
+    "Traceback",
+    'File "',
+    "During handling",
+    "The above exception",
+    "Failures:",
+    "Root Cause",
+    "time      :",
+    "host      :",
+    "rank      :",
+    "error_file:",
+    "traceback :",
+    # SLURM, launchers, NCCL identity and configuration
+    "slurmstepd",
+    "srun:",
+    "NCCL WARN",
+    "NCCL version",
+    "Init COMPLETE",
+    "Bootstrap",
+    "NET/",
+    "NCCL_",
+    "GLOO_",
+    "IFNAME",
+    "MASTER_",
+    "WORLD_SIZE",
+    "world_size",
+    "LOCAL_RANK",
+    "c10d",
+    "ndezvous",
+    "torch.distributed",
+    "ersion",
+)
+
+_ERRORISH = r"(?i)\b(?:error|exception|fatal|failed|failure|killed|abort(?:ed|ing)?|segmentation fault|cannot|unable to)\b"
+_WARNISH = r"(?i)\bwarn(?:ing)?\b"
+
+
+def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
+    """Parse kept lines (file, line, raw) into the event table (events.SCHEMA)."""
+    if lines.is_empty():
+        return events.empty()
+    df = prefixes.peel(lines, years)
+    df = df.with_columns(
+        pl.lit(None, dtype=dtype).alias(name) for name, dtype in events.SCHEMA.items() if name not in df.columns and name != "message"
+    )
+    df, tracebacks = python.fold(df)
+    df, failures = torch.fold_failure_tables(df)
+    df = slurm.annotate(df)
+    df = nccl.annotate(df)
+    df = torch.annotate(df)
+    df = python.annotate_exceptions(df)
+    msg = pl.col("msg")
+    level = (
+        pl.when(msg.str.contains(_ERRORISH))
+        .then(pl.lit("error"))
+        .when(msg.str.contains(_WARNISH))
+        .then(pl.lit("warning"))
+        .otherwise(pl.lit("info"))
+    )
+    df = df.with_columns(
+        pl.col("kind").fill_null("line"),
+        pl.col("level").fill_null(level),
+        pl.col("source").fill_null("app"),
+    ).filter((pl.col("kind") != "line") | ~msg.str.contains(r"^\s*(?:[=\-*#~_]{5,}\s*)?$"))
+    df = pl.concat([df, tracebacks, failures], how="diagonal_relaxed")
+    df = torch.enrich(df)
+    df = nccl.attribute_ranks(df)
+    df = df.with_columns(pl.coalesce("block_start", "line").alias("block_start"))
+    return events.conform(df.rename({"msg": "message"})).sort("file", "line")

@@ -1,0 +1,62 @@
+"""Small helpers shared by the per-source parsers."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+
+import polars as pl
+
+#: strsignal() text (what srun prints) -> signal name.
+STRSIGNAL = {
+    "Hangup": "SIGHUP",
+    "Interrupt": "SIGINT",
+    "Quit": "SIGQUIT",
+    "Illegal instruction": "SIGILL",
+    "Trace/breakpoint trap": "SIGTRAP",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Floating point exception": "SIGFPE",
+    "Killed": "SIGKILL",
+    "User defined signal 1": "SIGUSR1",
+    "Segmentation fault": "SIGSEGV",
+    "User defined signal 2": "SIGUSR2",
+    "Broken pipe": "SIGPIPE",
+    "Alarm clock": "SIGALRM",
+    "Terminated": "SIGTERM",
+}
+
+#: Signal number -> name, for "exitcode: -9" and "got signal: 15".
+SIGNUM = {str(int(s)): s.name for s in signal.Signals if s.name.startswith("SIG") and not s.name.startswith("SIG_")}
+
+
+def claim(df: pl.DataFrame, cond: pl.Expr, columns: Mapping[str, pl.Expr]) -> pl.DataFrame:
+    """Set ``columns`` on the rows where ``cond`` holds and no parser has set ``kind`` yet.
+
+    Each parser claims the lines it recognises; a line keeps the first claim,
+    so the order of parsers is the order of precedence.
+    """
+    take = cond.fill_null(False) & pl.col("kind").is_null()
+    exprs = [
+        pl.when(take).then(value.cast(df.schema[name], strict=False)).otherwise(pl.col(name)).alias(name) for name, value in columns.items()
+    ]
+    return df.with_columns(exprs)
+
+
+def short_host(expr: pl.Expr) -> pl.Expr:
+    """Host names as NCCL prints them: cut at the first dot (torchrun prints the FQDN)."""
+    return expr.str.extract(r"^([^.\s]+)", 1)
+
+
+def signal_name(number: pl.Expr) -> pl.Expr:
+    """'9' or '-9' -> 'SIGKILL'."""
+    return number.str.strip_chars_start("-").replace_strict(SIGNUM, default=None, return_dtype=pl.String)
+
+
+def field(text: pl.Expr, pattern: str, group: int = 1) -> pl.Expr:
+    """One regex group of ``text`` (null where it does not match)."""
+    return text.str.extract(pattern, group)
+
+
+def integer(text: pl.Expr, pattern: str, group: int = 1) -> pl.Expr:
+    return field(text, pattern, group).cast(pl.Int64, strict=False)

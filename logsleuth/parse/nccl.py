@@ -1,0 +1,105 @@
+"""NCCL debug lines (NVIDIA/nccl src/debug.cc).
+
+``[stamp]<host>:<pid>:<tid> [<cudaDev>] [<file>:<line> [(func)] ]NCCL INFO|WARN <msg>``;
+old releases omit the stamp and ``(func)``, very old ones the host. The bracket
+number is the CUDA device, not a rank: ranks come from ``Init COMPLETE`` lines,
+which map (host, pid) to a global rank for the other lines of that process.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .common import claim, field, integer, short_host
+
+_LINE = (
+    r"^(?:\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?)?"
+    r"(?:(?P<host>[\w.%/-]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<dev>\d+)\] "
+    r"(?:(?P<src>[\w./-]+:\d+) (?:\((?P<func>\w+)\) )?)?"
+    r"NCCL (?P<lvl>INFO|WARN|TRACE|CALL|ABORT)\b ?(?P<body>.*)$"
+)
+_VERSION = r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?"
+_INIT = r"comm (0x[0-9a-fA-F]+) rank (\d+) nr?anks (\d+)\b.*Init COMPLETE"
+_BOOTSTRAP_IF = r"Bootstrap ?: Using ([^:\s]+):"
+_NET_IF = r"NET/(?:Socket|IB) ?: Using \[\d+\]([^:\s]+)"
+_ENV = r"(NCCL_\w+) set by environment to (\S+)"
+_UNWIND = r"^([\w./-]+:\d+) -> (\d+)"
+_LEVEL = {"WARN": "warning", "INFO": "info", "TRACE": "debug", "CALL": "debug", "ABORT": "error"}
+
+
+def annotate(df: pl.DataFrame) -> pl.DataFrame:
+    """Claim NCCL lines; fill node, pid, version, interface, rank and nranks."""
+    parts = pl.col("msg").str.extract_groups(_LINE)
+    df = df.with_columns(parts.alias("_n"))
+    n = pl.col("_n")
+    body = n.struct.field("body")
+    is_nccl = n.struct.field("lvl").is_not_null()
+    lvl = n.struct.field("lvl")
+    kind = (
+        pl.when(body.str.contains(_VERSION))
+        .then(pl.lit("nccl_version"))
+        .when(body.str.contains(_INIT))
+        .then(pl.lit("nccl_init"))
+        .when(body.str.contains(_BOOTSTRAP_IF) | body.str.contains(_NET_IF))
+        .then(pl.lit("nccl_net"))
+        .when(body.str.contains(_ENV))
+        .then(pl.lit("nccl_env"))
+        .when(body.str.contains(_UNWIND))
+        .then(pl.lit("nccl_unwind"))
+        .when(lvl == "WARN")
+        .then(pl.lit("nccl_warn"))
+        .otherwise(pl.lit("nccl_info"))
+    )
+    src = n.struct.field("src")
+    df = claim(
+        df,
+        is_nccl,
+        {
+            "kind": kind,
+            "source": pl.lit("nccl"),
+            "level": pl.when(body.str.contains(_UNWIND)).then(pl.lit("error")).otherwise(lvl.replace_strict(_LEVEL, default="info")),
+            "node": short_host(n.struct.field("host")),
+            "pid": n.struct.field("pid").cast(pl.Int64, strict=False),
+            "time": pl.coalesce(
+                n.struct.field("ts").str.replace("T", " ").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"),
+                pl.col("time"),
+            ),
+            "version": pl.coalesce(field(body, _VERSION, 1), pl.col("version")),
+            "interface": pl.coalesce(
+                field(body, _BOOTSTRAP_IF, 1), field(body, _NET_IF, 1), field(body, r"NCCL_SOCKET_IFNAME set by environment to (\S+)", 1)
+            ),
+            "rank": pl.coalesce(integer(body, _INIT, 2).cast(pl.Int32), pl.col("rank")),
+            "nranks": integer(body, _INIT, 3).cast(pl.Int32),
+            "detail": pl.coalesce(
+                pl.concat_str([field(body, _ENV, 1), pl.lit("="), field(body, _ENV, 2)]),
+                pl.when(src.is_not_null()).then(
+                    pl.concat_str([src, pl.concat_str([pl.lit(" ("), n.struct.field("func"), pl.lit(")")])], ignore_nulls=True)
+                ),
+                field(body, _UNWIND, 1),
+            ),
+            "exit_code": integer(body, _UNWIND, 2).cast(pl.Int32),
+            "msg": body,
+        },
+    )
+    return df.drop("_n")
+
+
+def attribute_ranks(df: pl.DataFrame) -> pl.DataFrame:
+    """Give every NCCL line the rank its process announced in ``Init COMPLETE``.
+
+    One process can hold several communicators; the rank in the first (the
+    default process group, initialised first) is the global rank.
+    """
+    ids = (
+        df.filter((pl.col("kind") == "nccl_init") & pl.col("node").is_not_null() & pl.col("pid").is_not_null())
+        .sort("file", "line")
+        .group_by("node", "pid", maintain_order=True)
+        .agg(pl.col("rank").first().alias("_rank"), pl.col("nranks").max().alias("_nranks"))
+    )
+    if ids.is_empty():
+        return df
+    return (
+        df.join(ids, on=["node", "pid"], how="left", coalesce=True)
+        .with_columns(pl.coalesce("rank", "_rank").alias("rank"))
+        .drop("_rank", "_nranks")
+    )

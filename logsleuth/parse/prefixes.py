@@ -1,0 +1,105 @@
+"""Line prefixes -> rank, local rank, task, time and level columns.
+
+Launchers stack prefixes on a line, outermost first: a platform timestamp,
+``srun --label`` (`` 3: ``, space padded), mpirun ``[1,3]<stdout>:``,
+torchrun ``--tee`` headers (``[default0]:``, local rank) and PyTorch's own
+``[rank3]:`` (global rank, from the excepthook and c10 logging), then glog or
+Python logging headers. One anchored regex with an optional group per layer
+peels them all in a single vectorised pass.
+
+``[rankN]:`` is ambiguous: ``torchrun --role rank --tee`` writes the *local*
+rank that way. When two bracket headers stack, the outer one is torchrun's
+(local) and the inner one PyTorch's (global); a lone ``[rankN]:`` is taken as
+global, which is what PyTorch itself writes.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+_TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+
+PREFIX = (
+    r"^"
+    rf"(?:\[?(?P<ts>{_TS})\]?[ \t]+)?"
+    r"(?:(?:P\d+ )?[ ]*(?P<task>\d{1,6}): )?"
+    rf"(?:\[?(?P<ts2>{_TS})\]?[ \t]+)?"
+    r"(?:\[\d+,(?P<mpi_rank>\d+)\]<std(?:out|err)>:[ ]?)?"
+    r"(?:\[(?P<role_a>[A-Za-z_][A-Za-z_-]*?)(?P<num_a>\d{1,6})\]:[ ]?)?"
+    r"(?:\[(?P<role_b>[A-Za-z_][A-Za-z_-]*?)(?P<num_b>\d{1,6})\]:[ ]?)?"
+    r"(?:\[rank: (?P<pl_rank>\d+)\] )?"
+    r"(?:\[?(?P<glvl>[IWEF])(?P<gdate>\d{3,4}) (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)(?:[ ]+(?P<gpid>\d+))?[ ]+"
+    r"(?P<gsrc>[^\]\s]+:\d+)\][ ]?"
+    r"|\[(?P<clvl>[IWEF]) (?P<csrc>[\w./-]+:\d+)\][ ]?)?"
+    r"(?:(?P<pylvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]+):)?"
+    r"(?P<msg>.*)$"
+)
+
+_LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "fatal"}
+_PY_LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "ERROR": "error", "CRITICAL": "fatal"}
+
+
+def _num(name: str) -> pl.Expr:
+    return pl.col(name).cast(pl.Int32, strict=False)
+
+
+def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
+    """Add prefix columns to a line table (file, line, raw) and the bare ``msg``.
+
+    ``years`` gives, per file, the year to assume for glog stamps (they carry none).
+    """
+    parts = lines.with_columns(pl.col("raw").str.extract_groups(PREFIX).alias("_p")).unnest("_p")
+    role_a = pl.col("role_a")
+    has_b = pl.col("num_b").is_not_null()
+    rank = (
+        pl.when(pl.col("pl_rank").is_not_null())
+        .then(_num("pl_rank"))
+        .when(pl.col("mpi_rank").is_not_null())
+        .then(_num("mpi_rank"))
+        .when(has_b & (pl.col("role_b") == "rank"))
+        .then(_num("num_b"))
+        .when(~has_b & (role_a == "rank"))
+        .then(_num("num_a"))
+    )
+    local_rank = pl.when(has_b | (role_a.is_not_null() & (role_a != "rank"))).then(_num("num_a"))
+    year = pl.col("file").replace_strict(years, default=None, return_dtype=pl.String)
+    iso = pl.coalesce("ts2", "ts").str.replace(r"(Z|[+-]\d\d:?\d\d)$", "").str.replace("T", " ").str.replace(",", ".")
+    # c10's own logger does not zero-pad the month: E502 is May 2, E1122 Nov 22.
+    gdate = pl.col("gdate")
+    glog = pl.concat_str([year, pl.lit("-"), gdate.str.head(-2).str.zfill(2), pl.lit("-"), gdate.str.tail(2), pl.lit(" "), pl.col("gtime")])
+    level = (
+        pl.col("glvl")
+        .replace_strict(_LEVELS, default=None, return_dtype=pl.String)
+        .fill_null(pl.col("clvl").replace_strict(_LEVELS, default=None, return_dtype=pl.String))
+        .fill_null(pl.col("pylvl").replace_strict(_PY_LEVELS, default=None, return_dtype=pl.String))
+    )
+    where = pl.coalesce("gsrc", "csrc", "logger")
+    source = (
+        pl.when(where.str.contains(r"elastic|distributed[./]run|torchrun"))
+        .then(pl.lit("launcher"))
+        .when(where.is_not_null())
+        .then(pl.lit("torch"))
+    )
+    return parts.select(
+        "file",
+        "line",
+        "raw",
+        pl.col("msg").fill_null(""),
+        _num("task").alias("task"),
+        rank.alias("rank"),
+        local_rank.alias("local_rank"),
+        pl.coalesce(_parse_time(iso), _parse_time(glog)).alias("time"),
+        level.alias("level"),
+        source.alias("source"),
+        pl.when(pl.col("gsrc").str.contains(r"\.py:\d+$")).then(pl.col("gpid").cast(pl.Int64, strict=False)).alias("pid"),
+        where.alias("origin"),
+        pl.concat_str(
+            [pl.col(c).fill_null("") for c in ("file", "task", "mpi_rank", "role_a", "num_a", "role_b", "num_b", "pl_rank")],
+            separator="|",
+        ).alias("stream"),
+    )
+
+
+def _parse_time(text: pl.Expr) -> pl.Expr:
+    """Parse 'YYYY-MM-DD HH:MM:SS[.fff]' leniently (null where it is not a time)."""
+    return text.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")

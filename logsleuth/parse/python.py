@@ -1,0 +1,119 @@
+"""Python tracebacks folded into one event each, per writer.
+
+Lines are grouped by ``stream`` (file + prefixes), so tracebacks of ranks that
+interleave line by line still fold correctly when each line carries its rank.
+Within a stream, a traceback runs from ``Traceback (most recent call last):``
+to its exception line: the first unindented line after the header that is not
+a frame, a chain marker, or a line another parser claimed. Chained exceptions
+give one event per link; ``detail`` names the link before.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .common import claim
+
+HEADER = "Traceback (most recent call last):"
+_FRAME = r'^\s+File "([^"]+)", line (\d+)(?:, in (.+))?'
+_CHAIN = r"^(During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)"
+#: An exception line: a dotted class name (ending like an exception) and an optional message.
+EXCEPTION = (
+    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout|Iteration|Abort|Fault|Empty)"
+    r"|KeyboardInterrupt|SystemExit|StopIteration|c10::\w+)(?::\s?(.*))?$"
+)
+_LOOSE = r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(.*))?$"
+
+
+#: Lines that belong to another writer even without a prefix (NCCL, SLURM, glog):
+#: they never close a traceback.
+_FOREIGN = r"NCCL (?:INFO|WARN)|^(?:slurmstepd|srun)[\w.-]*: "
+
+
+def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Return (the table without traceback lines, one event per traceback)."""
+    msg = pl.col("msg")
+    foreign = pl.col("origin").is_not_null() | msg.str.contains(_FOREIGN)
+    t = df.sort("stream", "line").with_columns(
+        msg.str.starts_with(HEADER).alias("_hdr"),
+        msg.str.contains(_FRAME).alias("_frame"),
+        msg.str.contains(_CHAIN).alias("_chain"),
+    )
+    t = t.with_columns(pl.col("_hdr").cum_sum().over("stream").alias("_tb"))
+    candidate = (
+        (pl.col("_tb") > 0) & ~pl.col("_hdr") & ~pl.col("_frame") & ~pl.col("_chain") & ~msg.str.contains(r"^\s") & (msg != "") & ~foreign
+    )
+    t = t.with_columns(candidate.cum_sum().over("stream", "_tb").alias("_n"))
+    closing = candidate & (pl.col("_n") == 1)
+    inside = (pl.col("_tb") > 0) & (pl.col("_n") == 0) & ~foreign
+    t = t.with_columns(closing.alias("_close"), ((inside | closing | pl.col("_chain")) & (pl.col("_tb") > 0)).alias("_used"))
+    blocks = t.filter((pl.col("_tb") > 0) & pl.col("_used"))
+    if blocks.is_empty():
+        return df, df.clear()
+    # a chain marker sits after the previous traceback's exception line
+    chain_before = pl.col("_chain").any()
+    frames = pl.col("msg").filter(pl.col("_frame"))
+    tbs = blocks.group_by("stream", "_tb", maintain_order=True).agg(
+        pl.col("file").first(),
+        pl.col("line").filter(pl.col("_hdr")).first().alias("block_start"),
+        pl.col("line").filter(pl.col("_close")).first().alias("_close_line"),
+        pl.col("raw").filter(pl.col("_close")).first().alias("_close_raw"),
+        pl.col("msg").filter(pl.col("_close")).first().alias("_exc"),
+        pl.col("raw").filter(pl.col("_hdr")).first().alias("_hdr_raw"),
+        frames.last().alias("_last_frame"),
+        frames.len().alias("_frames"),
+        chain_before.alias("_chained_next"),
+        *(pl.col(c).filter(pl.col("_close") | pl.col("_hdr")).drop_nulls().last().alias(c) for c in ("task", "rank", "local_rank", "pid")),
+        pl.col("time").drop_nulls().last().alias("time"),
+    )
+    exc = pl.col("_exc")
+    strict = exc.str.extract(EXCEPTION, 1)
+    exc_type = pl.coalesce(strict, exc.str.extract(_LOOSE, 1))
+    prev_type = exc_type.shift(1).over("stream", order_by="_tb")
+    prev_chained = pl.col("_chained_next").shift(1).over("stream", order_by="_tb").fill_null(False)
+    last_frame = pl.concat_str(
+        [
+            pl.col("_last_frame").str.extract(_FRAME, 1),
+            pl.lit(":"),
+            pl.col("_last_frame").str.extract(_FRAME, 2),
+            pl.lit(" in "),
+            pl.col("_last_frame").str.extract(_FRAME, 3).fill_null("?"),
+        ]
+    )
+    events = tbs.select(
+        "file",
+        pl.coalesce("_close_line", "block_start").alias("line"),
+        "block_start",
+        pl.coalesce("_close_raw", "_hdr_raw").alias("raw"),
+        "stream",
+        "task",
+        "rank",
+        "local_rank",
+        "pid",
+        "time",
+        pl.coalesce(exc, pl.lit("(traceback cut off before its exception line)")).alias("msg"),
+        exc_type.alias("exc_type"),
+        pl.concat_str(
+            [
+                pl.lit("frames: "),
+                pl.col("_frames").cast(pl.String),
+                pl.when(last_frame.is_not_null()).then(pl.concat_str([pl.lit("; last: "), last_frame])).otherwise(pl.lit("")),
+                pl.when(prev_chained).then(pl.concat_str([pl.lit("; chained after: "), prev_type])).otherwise(pl.lit("")),
+            ]
+        ).alias("detail"),
+        pl.lit("traceback").alias("kind"),
+        pl.lit("python").alias("source"),
+        pl.lit("error").alias("level"),
+    )
+    rest = t.filter(~pl.col("_used")).drop("_hdr", "_frame", "_chain", "_tb", "_n", "_close", "_used")
+    return rest, events
+
+
+def annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
+    """Exception lines outside a traceback (a logged error, torchrun's summary)."""
+    msg = pl.col("msg")
+    return claim(
+        df,
+        msg.str.contains(EXCEPTION),
+        {"kind": pl.lit("exception"), "source": pl.lit("python"), "level": pl.lit("error"), "exc_type": msg.str.extract(EXCEPTION, 1)},
+    )

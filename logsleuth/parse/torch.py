@@ -1,0 +1,212 @@
+"""PyTorch and torchrun lines: watchdog timeouts, agent exits, C++ terminate blocks,
+and the torchrun ChildFailedError failure table.
+
+Strings checked in pytorch/pytorch (ProcessGroupNCCL.cpp, elastic/multiprocessing/
+api.py and errors/__init__.py) and in the 2.13/2.14 wheels.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .common import claim, field, integer, short_host, signal_name
+
+_WORK = r"Work(?:NCCL|Gloo|UCC)?\("
+_RANK_HINT = r"\[(?:PG [^\]]*?)?Rank (\d+)\]|communicator was aborted on rank (\d+)"
+_AGENT_FAILED = r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\) of binary: (.*)$"
+_CLOSING = r"Sending process (\d+) closing signal (SIG\w+)"
+_DEATH = r"Received (SIG\w+|\d+) death signal, shutting down workers"
+_TERMINATE = r"terminate called after throwing an instance of '([^']+)'"
+_WHAT = r"^\s*what\(\):\s+(.*)$"
+_GLOO_TIMEOUT = r"Timed out waiting (\d+)ms for (recv|send) operation to complete"
+#: Field lines of the ChildFailedError table (errors/__init__.py _FAILURE_FORMAT_TEMPLATE).
+_CFE_FIELD = r"^\s{1,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$"
+_CFE_SECTION = r"^\s*(Root Cause \(first observed failure\)|Failures):\s*$"
+
+
+def enrich(df: pl.DataFrame) -> pl.DataFrame:
+    """Fields any event's text may carry, whatever its kind: the rank named in
+    ``[PG ... Rank N]``, and the Work(...) description of a collective."""
+    msg = pl.col("msg")
+    rank_hint = pl.coalesce(integer(msg, _RANK_HINT, 1), integer(msg, _RANK_HINT, 2)).cast(pl.Int32)
+    work = msg.str.contains(_WORK)
+
+    def fill(col: str, expr: pl.Expr) -> pl.Expr:
+        return pl.coalesce(pl.col(col), pl.when(work).then(expr)).alias(col)
+
+    return df.with_columns(
+        pl.coalesce(pl.col("rank"), rank_hint).alias("rank"),
+        fill("seq", integer(msg, r"SeqNum=(\d+)")),
+        fill("op", field(msg, r"OpType=(\w+)")),
+        fill("numel", integer(msg, r"NumelIn=(\d+)")),
+        fill("timeout_ms", integer(msg, r"Timeout\(ms\)=(\d+)")),
+        fill("elapsed_ms", integer(msg, r"ran for (\d+) milliseconds")),
+    )
+
+
+def annotate(df: pl.DataFrame) -> pl.DataFrame:
+    """Claim single-line PyTorch and torchrun events."""
+    msg = pl.col("msg")
+    is_what = msg.str.contains(_WHAT)
+    df = df.with_columns(pl.when(is_what).then(field(msg, _WHAT)).otherwise(msg).alias("msg"), is_what.alias("_what"))
+    df = claim(
+        df,
+        msg.str.contains("Watchdog caught collective operation timeout")
+        | (msg.str.contains(_WORK) & msg.str.contains(r"ran for \d+ milliseconds")),
+        {"kind": pl.lit("watchdog_timeout"), "source": pl.lit("torch"), "level": pl.lit("error")},
+    )
+    df = claim(
+        df,
+        msg.str.contains(_GLOO_TIMEOUT),
+        {
+            "kind": pl.lit("gloo_timeout"),
+            "source": pl.lit("torch"),
+            "level": pl.lit("error"),
+            "timeout_ms": integer(msg, _GLOO_TIMEOUT),
+            "op": field(msg, _GLOO_TIMEOUT, 2),
+        },
+    )
+    code = field(msg, _AGENT_FAILED, 1)
+    df = claim(
+        df,
+        msg.str.contains(_AGENT_FAILED),
+        {
+            "kind": pl.lit("agent_worker_failed"),
+            "source": pl.lit("launcher"),
+            "level": pl.lit("error"),
+            "exit_code": code.cast(pl.Int32, strict=False),
+            "signal": pl.when(code.str.starts_with("-")).then(signal_name(code)),
+            "local_rank": integer(msg, _AGENT_FAILED, 2).cast(pl.Int32),
+            "pid": integer(msg, _AGENT_FAILED, 3),
+        },
+    )
+    df = claim(
+        df,
+        msg.str.contains(_CLOSING),
+        {
+            "kind": pl.lit("agent_teardown"),
+            "source": pl.lit("launcher"),
+            "level": pl.lit("warning"),
+            "pid": integer(msg, _CLOSING, 1),
+            "signal": field(msg, _CLOSING, 2),
+        },
+    )
+    death = field(msg, _DEATH, 1)
+    df = claim(
+        df,
+        msg.str.contains(_DEATH),
+        {
+            "kind": pl.lit("agent_signal"),
+            "source": pl.lit("launcher"),
+            "level": pl.lit("error"),
+            "signal": pl.when(death.str.starts_with("SIG")).then(death).otherwise(signal_name(death)),
+        },
+    )
+    df = claim(
+        df,
+        msg.str.contains(_TERMINATE),
+        {"kind": pl.lit("cpp_terminate"), "source": pl.lit("torch"), "level": pl.lit("fatal"), "exc_type": field(msg, _TERMINATE)},
+    )
+    df = claim(df, pl.col("_what"), {"kind": pl.lit("cpp_what"), "source": pl.lit("torch"), "level": pl.lit("fatal")})
+    return _attach_what(df).drop("_what")
+
+
+def _attach_what(df: pl.DataFrame) -> pl.DataFrame:
+    """Give a ``what():`` line the exception type of the ``terminate called`` line before it."""
+    prev_kind = pl.col("kind").shift(1).over("stream", order_by="line")
+    prev_type = pl.col("exc_type").shift(1).over("stream", order_by="line")
+    return df.with_columns(
+        pl.when(pl.col("_what") & (prev_kind == "cpp_terminate")).then(prev_type).otherwise(pl.col("exc_type")).alias("exc_type")
+    )
+
+
+def fold_failure_tables(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Fold torchrun's ChildFailedError tables into one event per failed rank.
+
+    Returns (the table without the folded lines, the folded events). Entries
+    start at their ``time`` field; ``[idx]:`` is an enumeration, not a rank, and
+    the ``Root Cause`` entry is torchrun's guess, kept in ``detail``.
+    """
+    msg = pl.col("msg")
+    # rows that continue a table: fields, traceback text, "[idx]:" and "----" lines
+    continues = msg.str.contains(r"^\s") | msg.str.contains(r"^\[\d+\]:\s*$|^-{10,}\s*$|^\s*<NO_OTHER_FAILURES>")
+    section = msg.str.extract(_CFE_SECTION, 1)
+    key = msg.str.extract(_CFE_FIELD, 1)
+    t = df.sort("stream", "line").with_columns(
+        section.alias("_sec"),
+        key.alias("_key"),
+        msg.str.extract(_CFE_FIELD, 2).str.strip_chars().alias("_val"),
+        (~continues | section.is_not_null()).cum_sum().over("stream").alias("_seg"),
+    )
+    t = t.with_columns(
+        pl.col("_sec").first().over("stream", "_seg").alias("_segsec"),
+        (pl.col("_key") == "time").fill_null(False).cum_sum().over("stream", "_seg").alias("_entry"),
+    )
+    # every row of a segment that starts at a section header belongs to the table
+    t = t.with_columns(pl.col("_segsec").is_not_null().alias("_member"))
+    rows = t.filter(pl.col("_member") & (pl.col("_entry") > 0))
+    if rows.is_empty():
+        return df, df.clear()
+
+    def val(key: str) -> pl.Expr:
+        return pl.col("_val").filter(pl.col("_key") == key).first()
+
+    exc = r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)):\s?(.*)$"
+    entries = rows.group_by("stream", "_seg", "_entry", maintain_order=True).agg(
+        pl.col("file").first(),
+        pl.col("line").filter(pl.col("_key") == "rank").first().alias("line"),
+        pl.col("line").first().alias("block_start"),
+        pl.col("raw").filter(pl.col("_key") == "rank").first().alias("raw"),
+        pl.col("task").first(),
+        pl.col("_segsec").first().alias("section"),
+        val("time").alias("_time"),
+        val("host").alias("_host"),
+        val("rank").alias("_rank"),
+        val("exitcode").alias("_exit"),
+        val("error_file").alias("_efile"),
+        val("traceback").alias("_tb"),
+        pl.col("msg").filter(pl.col("msg").str.contains(exc)).last().alias("_exc"),
+    )
+    code = pl.col("_exit").str.extract(r"^(-?\d+)", 1)
+    sig = pl.coalesce(
+        pl.col("_exit").str.extract(r"\((SIG\w+)\)", 1),
+        pl.col("_tb").str.extract(r"\((SIG\w+)\) received", 1),
+        pl.when(code.str.starts_with("-")).then(signal_name(code)),
+    )
+    detail = pl.when(pl.col("section").str.starts_with("Root")).then(pl.lit("root_cause")).otherwise(pl.lit("failure"))
+    events = entries.select(
+        "file",
+        pl.coalesce("line", "block_start").alias("line"),
+        "block_start",
+        pl.coalesce("raw", pl.lit("")).alias("raw"),
+        "task",
+        "stream",
+        pl.col("_rank").str.extract(r"^(\d+)", 1).cast(pl.Int32, strict=False).alias("rank"),
+        pl.col("_rank").str.extract(r"local_rank: (\d+)", 1).cast(pl.Int32, strict=False).alias("local_rank"),
+        short_host(pl.col("_host")).alias("node"),
+        pl.col("_exit").str.extract(r"pid: (\d+)", 1).cast(pl.Int64, strict=False).alias("pid"),
+        pl.col("_time").str.to_datetime("%Y-%m-%d_%H:%M:%S", strict=False, time_unit="us").alias("time"),
+        code.cast(pl.Int32, strict=False).alias("exit_code"),
+        sig.alias("signal"),
+        pl.col("_exc").str.extract(exc, 1).alias("exc_type"),
+        detail.alias("detail"),
+        pl.concat_str(
+            [
+                pl.lit("rank "),
+                pl.col("_rank").fill_null("?"),
+                pl.lit(" on "),
+                pl.col("_host").fill_null("?"),
+                pl.lit(" failed: exitcode "),
+                pl.col("_exit").fill_null("?"),
+                pl.when(pl.col("_exc").is_not_null())
+                .then(pl.concat_str([pl.lit("; "), pl.col("_exc").str.strip_chars()]))
+                .otherwise(pl.concat_str([pl.lit("; "), pl.col("_tb")]))
+                .fill_null(""),
+            ]
+        ).alias("msg"),
+        pl.lit("child_failed").alias("kind"),
+        pl.lit("launcher").alias("source"),
+        pl.lit("error").alias("level"),
+    )
+    rest = t.filter(~pl.col("_member")).drop("_sec", "_key", "_val", "_seg", "_segsec", "_entry", "_member")
+    return rest, events

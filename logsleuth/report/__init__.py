@@ -1,0 +1,1 @@
+"""The report: its model (the JSON contract), how it is built, and its renderers."""

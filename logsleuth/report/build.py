@@ -1,0 +1,177 @@
+"""Reasoning + events -> Report: pick the evidence, write the summary, attach the fix."""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from logsleuth.ingest import InputInfo
+from logsleuth.reason import EVIDENCE_LIMIT, FAILURE_KINDS, Reasoning
+from logsleuth.rulebook import Rule, RuleSet
+from logsleuth.taxonomy import TAXONOMY
+
+from .model import CandidateOut, Evidence, FirstFailure, InputOut, RankOut, Report, Verdict
+
+_NONE_SUMMARY = "No failure found in the inputs: the job appears to have run to completion."
+_UNKNOWN_SUMMARY = "The job failed, but no known cause matches its messages; the first failure lines are shown as evidence."
+_UNKNOWN_FIX = (
+    "Read the evidence lines: they are the earliest failures in the logs.",
+    "Re-run with NCCL_DEBUG=INFO, TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_SHOW_CPP_STACKTRACES=1 to get more detail.",
+    "If this is a new failure pattern, add a rule (see `logsleuth rules --help`) so it is recognised next time.",
+)
+
+
+class _Lenient(string.Formatter):
+    """str.format that prints '?' for fields a template names but the event lacks."""
+
+    def get_value(self, key: Any, args: Any, kwargs: Mapping[str, Any]) -> Any:
+        value = kwargs.get(key) if isinstance(key, str) else None
+        return "?" if value is None or value == "" else value
+
+
+def _groups(rule: Rule, text: str) -> dict[str, str]:
+    import regex
+
+    for pat in rule.patterns:
+        try:
+            m = regex.search(pat, text, timeout=0.05)
+        except (regex.error, TimeoutError):
+            continue
+        if m:
+            return {k: v for k, v in m.groupdict().items() if v is not None}
+    return {}
+
+
+def _evidence(events: pl.DataFrame, eids: list[int], rules_by_eid: Mapping[int, str]) -> list[Evidence]:
+    out = []
+    for eid in eids:
+        row = events.row(eid, named=True)
+        out.append(
+            Evidence(
+                file=row["file"],
+                line=int(row["line"]),
+                rank=row["rank"],
+                node=row["node"],
+                text=row["raw"],
+                rule=rules_by_eid.get(eid),
+                kind=row["kind"],
+            )
+        )
+    return out
+
+
+def _pick_evidence(events: pl.DataFrame, eids: list[int], limit: int = EVIDENCE_LIMIT) -> list[int]:
+    """The first event, then one per further rank or kind, in order: proof without repetition."""
+    chosen: list[int] = []
+    seen: set[tuple[object, object]] = set()
+    for eid in eids:
+        row = events.row(eid, named=True)
+        key = (row["rank"], row["kind"])
+        if key in seen and chosen:
+            continue
+        seen.add(key)
+        chosen.append(eid)
+        if len(chosen) >= limit:
+            break
+    return chosen
+
+
+def build(
+    events: pl.DataFrame,
+    hits: pl.DataFrame,
+    reasoning: Reasoning,
+    rules: RuleSet,
+    inputs: list[InputInfo],
+    *,
+    version: str,
+    stats: dict[str, Any] | None = None,
+) -> Report:
+    """Assemble the Report for one analysis."""
+    rules_by_id = rules.by_id()
+    best_rule = {
+        int(e): str(r) for e, r in hits.sort("weight", descending=True).unique("eid", keep="first").select("eid", "rule").iter_rows()
+    }
+    cands = reasoning.candidates
+    ff = reasoning.first_failure
+    if cands:
+        lead = cands[0]
+        cause = rules.cause(lead.cause)
+        ev_ids = _pick_evidence(events, lead.eids)
+        first = events.row(lead.eids[0], named=True)
+        rule = rules_by_id.get(best_rule.get(lead.eids[0], ""), None)
+        fields = {k: v for k, v in first.items() if v is not None}
+        fields["rank"] = ff.get("rank")
+        fields["node"] = ff.get("node")
+        fields["where"] = _where_phrase(ff.get("rank"), ff.get("node"))
+        fields.update(_groups(rule, first["message"] or "") if rule else {})
+        template = (rule.summary if rule and rule.summary else "") or "{title} on {where}: {message}"
+        fields.setdefault("title", cause.title)
+        summary = _sentence(_Lenient().format(template, **fields))
+        victims = sum(1 for r in reasoning.ranks if r.status == "victim")
+        if victims:
+            summary += f" {victims} other rank(s) failed as a consequence."
+        verdict = Verdict(
+            cause=lead.cause,
+            category=lead.category,
+            confidence=lead.confidence,
+            first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
+            evidence=_evidence(events, ev_ids, best_rule),
+            summary=summary,
+            fix=list(rule.fix if rule and rule.fix else cause.fix),
+            title=cause.title,
+            explanation=(rule.explanation if rule and rule.explanation else cause.explanation),
+            references=list(dict.fromkeys([*(rule.references if rule else ()), *cause.references])),
+        )
+    else:
+        failures = (
+            events.with_row_index("eid")
+            .filter(pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"]))
+            .get_column("eid")
+            .to_list()
+        )
+        category = "unknown" if reasoning.failed else "none"
+        verdict = Verdict(
+            cause=category,
+            category=category,
+            confidence=0.5 if category == "unknown" else 0.8,
+            first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
+            evidence=_evidence(events, _pick_evidence(events, failures, 3), best_rule),
+            summary=_UNKNOWN_SUMMARY if category == "unknown" else _NONE_SUMMARY,
+            fix=list(_UNKNOWN_FIX) if category == "unknown" else [],
+            title="Unknown failure" if category == "unknown" else "No failure",
+            explanation=TAXONOMY[category],
+        )
+        if category == "unknown" and failures:
+            row = events.row(failures[0], named=True)
+            verdict.first_failure = FirstFailure(row["rank"], row["node"], row["time"].isoformat() if row["time"] else None)
+    candidates = [CandidateOut(c.cause, c.category, c.confidence, c.rules, len(c.eids), c.ranks) for c in cands] or [
+        CandidateOut(verdict.cause, verdict.category, verdict.confidence)
+    ]
+    ranks = [RankOut(r.rank, r.node, r.status, *(r.evidence or (None, None))) for r in reasoning.ranks]
+    return Report(
+        verdict=verdict,
+        candidates=candidates,
+        inputs=[InputOut(i.file, i.bytes, i.lines, list(i.problems)) for i in inputs],
+        ranks=ranks,
+        notes=list(reasoning.notes),
+        stats=dict(stats or {}),
+        version=version,
+    )
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def _where_phrase(rank: object, node: object) -> str:
+    if rank is not None and node:
+        return f"rank {rank} ({node})"
+    if rank is not None:
+        return f"rank {rank}"
+    if node:
+        return f"node {node}"
+    return "an unidentified rank"

@@ -1,0 +1,150 @@
+"""The Report: what every output format renders, and the JSON contract.
+
+Field names in ``to_dict()`` follow shared/report-contract.md exactly
+(schema_version, verdict{cause, category, confidence, first_failure, evidence,
+summary, fix}, candidates, inputs); everything else is additional.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = "1"
+
+
+@dataclass
+class Evidence:
+    file: str
+    line: int
+    rank: int | None
+    node: str | None
+    text: str
+    rule: str | None = None
+    kind: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "rank": self.rank,
+            "node": self.node,
+            "text": self.text,
+            "rule": self.rule,
+            "kind": self.kind,
+        }
+
+
+@dataclass
+class FirstFailure:
+    rank: int | None = None
+    node: str | None = None
+    time: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "time": self.time}
+
+
+@dataclass
+class Verdict:
+    cause: str
+    category: str
+    confidence: float
+    first_failure: FirstFailure
+    evidence: list[Evidence]
+    summary: str
+    fix: list[str]
+    title: str = ""
+    explanation: str = ""
+    references: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "category": self.category,
+            "confidence": self.confidence,
+            "first_failure": self.first_failure.to_dict(),
+            "evidence": [e.to_dict() for e in self.evidence],
+            "summary": self.summary,
+            "fix": list(self.fix),
+            "title": self.title,
+            "explanation": self.explanation,
+            "references": list(self.references),
+        }
+
+
+@dataclass
+class CandidateOut:
+    cause: str
+    category: str
+    confidence: float
+    rules: list[str] = field(default_factory=list)
+    events: int = 0
+    ranks: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "category": self.category,
+            "confidence": self.confidence,
+            "rules": list(self.rules),
+            "events": self.events,
+            "ranks": list(self.ranks),
+        }
+
+
+@dataclass
+class RankOut:
+    rank: int
+    node: str | None
+    status: str
+    file: str | None = None
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "status": self.status, "file": self.file, "line": self.line}
+
+
+@dataclass
+class InputOut:
+    file: str
+    bytes: int
+    lines: int
+    problems: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "bytes": self.bytes, "lines": self.lines, "problems": list(self.problems)}
+
+
+@dataclass
+class Report:
+    """The result of one analysis. ``to_json()`` is what ``--format json`` prints."""
+
+    verdict: Verdict
+    candidates: list[CandidateOut]
+    inputs: list[InputOut]
+    ranks: list[RankOut] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    version: str = ""
+
+    @property
+    def readable(self) -> bool:
+        """True when at least one input contributed lines."""
+        return any(i.lines > 0 for i in self.inputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "verdict": self.verdict.to_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "inputs": [i.to_dict() for i in self.inputs],
+            "ranks": [r.to_dict() for r in self.ranks],
+            "notes": list(self.notes),
+            "stats": dict(self.stats),
+            "logsleuth_version": self.version,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, default=str)

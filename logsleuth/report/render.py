@@ -1,0 +1,141 @@
+"""Renderers: terminal (rich), markdown and json. Each takes a Report, returns text."""
+
+from __future__ import annotations
+
+import io
+
+from .model import Report
+
+FORMATS = ("terminal", "json", "markdown")
+_STATUS_ORDER = {"culprit": 0, "failed": 1, "hung": 2, "victim": 3, "finished": 4, "unknown": 5}
+
+
+def render(report: Report, fmt: str, *, color: bool = True, width: int | None = None) -> str:
+    """Render a report in one of FORMATS."""
+    if fmt == "json":
+        return report.to_json() + "\n"
+    if fmt == "markdown":
+        return markdown(report)
+    if fmt == "terminal":
+        return terminal(report, color=color, width=width)
+    raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _where(rank: int | None, node: str | None) -> str:
+    parts = []
+    if rank is not None:
+        parts.append(f"rank {rank}")
+    if node:
+        parts.append(f"node {node}")
+    return ", ".join(parts) if parts else "rank unknown"
+
+
+def _rank_summary(report: Report, limit: int = 12) -> list[tuple[str, str]]:
+    """Compact per-status rank lists, e.g. ('victim', '0,1,3-7')."""
+    groups: dict[str, list[int]] = {}
+    for r in report.ranks:
+        groups.setdefault(r.status, []).append(r.rank)
+    out = []
+    for status in sorted(groups, key=lambda s: _STATUS_ORDER.get(s, 9)):
+        out.append((status, _ranges(sorted(groups[status]), limit)))
+    return out
+
+
+def _ranges(nums: list[int], limit: int) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (at most ``limit`` spans)."""
+    spans: list[str] = []
+    start = prev = nums[0] if nums else 0
+    for n in nums[1:]:
+        if n != prev + 1:
+            spans.append(str(start) if start == prev else f"{start}-{prev}")
+            start = n
+        prev = n
+    if nums:
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+    text = ",".join(spans[:limit])
+    return text + (f",… ({len(nums)} ranks)" if len(spans) > limit else "")
+
+
+def terminal(report: Report, *, color: bool = True, width: int | None = None) -> str:
+    """A verdict a person reads in a terminal: cause, where, proof, fix."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=color, no_color=not color, width=width or 100, highlight=False)
+    v = report.verdict
+    style = {"none": "green", "unknown": "yellow"}.get(v.category, "bold red")
+    head = f"[{style}]{escape(v.title or v.cause)}[/]  [dim]({escape(v.cause)} → {escape(v.category)}, confidence {v.confidence:.0%})[/]"
+    lines = [head, "", escape(v.summary)]
+    ff = v.first_failure
+    if v.category not in ("none",) and (ff.rank is not None or ff.node):
+        when = f" at {ff.time}" if ff.time else ""
+        lines += ["", f"[bold]First failure:[/] {escape(_where(ff.rank, ff.node))}{escape(when)}"]
+    console.print(Panel("\n".join(lines), title="logsleuth verdict", expand=True))
+    if v.evidence:
+        console.print("[bold]Evidence[/]")
+        for e in v.evidence:
+            who = f" [dim]({escape(_where(e.rank, e.node))})[/]" if (e.rank is not None or e.node) else ""
+            console.print(f"  [cyan]{escape(e.file)}:{e.line}[/]{who}")
+            console.print(f"    {escape(e.text.strip()[:300])}", soft_wrap=True)
+    if v.fix:
+        console.print("[bold]Fix[/]")
+        for i, step in enumerate(v.fix, 1):
+            console.print(f"  {i}. {escape(step)}")
+    rows = _rank_summary(report)
+    if rows:
+        table = Table(title="Ranks", show_header=True, header_style="bold", box=None, pad_edge=False)
+        table.add_column("status")
+        table.add_column("ranks")
+        for status, ranks in rows:
+            table.add_row(status, ranks)
+        console.print(table)
+    others = report.candidates[1:4]
+    if others:
+        console.print("[bold]Other candidates[/]  " + ", ".join(f"{escape(c.cause)} ({c.confidence:.0%})" for c in others))
+    problems = [(i.file, p) for i in report.inputs for p in i.problems]
+    if problems:
+        console.print("[bold yellow]Input problems[/]")
+        for name, p in problems:
+            console.print(f"  {escape(name)}: {escape(p)}")
+    for note in report.notes:
+        console.print(f"[dim]note: {escape(note)}[/]")
+    return buf.getvalue()
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report: Report, *, heading: str = "##") -> str:
+    """GitHub-flavoured Markdown (also what CI step summaries get)."""
+    v = report.verdict
+    ff = v.first_failure
+    out = [f"{heading} logsleuth: {v.title or v.cause}", ""]
+    out.append(f"**Cause:** `{v.cause}` (category `{v.category}`), confidence {v.confidence:.0%}  ")
+    if v.category != "none":
+        when = f" at {ff.time}" if ff.time else ""
+        out.append(f"**First failure:** {_where(ff.rank, ff.node)}{when}  ")
+    out += ["", v.summary, ""]
+    if v.evidence:
+        out += ["**Evidence**", ""]
+        for e in v.evidence:
+            who = f" ({_where(e.rank, e.node)})" if (e.rank is not None or e.node) else ""
+            out.append(f"- `{e.file}:{e.line}`{who}")
+            out += ["  ```", "  " + e.text.strip()[:500], "  ```"]
+        out.append("")
+    if v.fix:
+        out += ["**Fix**", ""] + [f"{i}. {step}" for i, step in enumerate(v.fix, 1)] + [""]
+    rows = _rank_summary(report)
+    if rows:
+        out += ["| status | ranks |", "|---|---|"] + [f"| {s} | {_md_escape(r)} |" for s, r in rows] + [""]
+    if len(report.candidates) > 1:
+        out += ["<details><summary>Other candidates</summary>", ""]
+        out += [f"- `{c.cause}` ({c.category}), {c.confidence:.0%}" for c in report.candidates[1:]]
+        out += ["", "</details>", ""]
+    problems = [(i.file, p) for i in report.inputs for p in i.problems]
+    if problems:
+        out += ["**Input problems**", ""] + [f"- `{n}`: {_md_escape(p)}" for n, p in problems] + [""]
+    return "\n".join(out)

@@ -1,0 +1,303 @@
+"""Rule and cause files: load, validate, and explain them.
+
+Rules are data (TOML, one file per area in rules/). A rule names a cause, its
+patterns, where they apply, how much a hit weighs and what role it plays, the
+explanation and fix a person reads, and examples that must and must not match.
+Causes (rules/causes.toml) hold the per-cause explanation and fix, and give
+finer causes their taxonomy parent. Loading a file never runs code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from .taxonomy import TAXONOMY
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+#: The rules shipped with logsleuth (a folder next to the package, or inside it when installed).
+BUILTIN_RULES = Path(os.environ.get("LOGSLEUTH_RULES_DIR", Path(__file__).resolve().parent.parent / "rules"))
+if not BUILTIN_RULES.is_dir():
+    BUILTIN_RULES = Path(__file__).resolve().parent / "rules"
+
+ROLES = ("primary", "consequence", "context")
+SCOPE_COLUMNS = ("kind", "source", "level", "exc_type", "detail")
+_ID = re.compile(r"^[A-Z]{2,4}\d{3}$")
+_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+class RuleError(Exception):
+    """A rule or cause file is invalid; ``str()`` is ``file:line: message``."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A cause a verdict can name: a taxonomy id or a finer id with its parent."""
+
+    id: str
+    parent: str
+    title: str
+    explanation: str
+    fix: tuple[str, ...]
+    references: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One declarative rule (see rules/README.md for every field)."""
+
+    id: str
+    name: str
+    cause: str
+    patterns: tuple[str, ...]
+    keywords: tuple[str, ...]
+    role: str = "primary"
+    weight: float = 0.8
+    exclude: tuple[str, ...] = ()
+    scope: Mapping[str, tuple[str, ...] | str] = field(default_factory=dict)
+    summary: str = ""
+    explanation: str = ""
+    fix: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+    examples_match: tuple[str, ...] = ()
+    examples_no_match: tuple[str, ...] = ()
+    origin: str = ""  # file:line where the rule is defined
+    engine: str = "polars"  # "polars" (linear time) or "python" (regex module, with a timeout)
+
+    @property
+    def pattern(self) -> str:
+        """All patterns as one alternation."""
+        return "|".join(f"(?:{p})" for p in self.patterns)
+
+
+@dataclass
+class RuleSet:
+    """Rules and causes after loading (later folders override earlier ones by id)."""
+
+    rules: list[Rule]
+    causes: dict[str, Cause]
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def keywords(self) -> list[str]:
+        return sorted({k for r in self.rules for k in r.keywords})
+
+    def cause(self, cause_id: str) -> Cause:
+        """The cause record; a bare taxonomy id without a record gets a minimal one."""
+        if cause_id in self.causes:
+            return self.causes[cause_id]
+        return Cause(cause_id, cause_id if cause_id in TAXONOMY else "unknown", cause_id.replace("_", " "), TAXONOMY.get(cause_id, ""), ())
+
+    def category(self, cause_id: str) -> str:
+        """The taxonomy id a cause rolls up to."""
+        seen = set()
+        while cause_id not in TAXONOMY and cause_id not in seen:
+            seen.add(cause_id)
+            cause_id = self.cause(cause_id).parent
+        return cause_id if cause_id in TAXONOMY else "unknown"
+
+    def by_id(self) -> dict[str, Rule]:
+        return {r.id: r for r in self.rules}
+
+
+def load(extra: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True) -> RuleSet:
+    """Load the built-in rules and then each extra folder or file (overriding by id)."""
+    folders = ([BUILTIN_RULES] if builtin else []) + [Path(p) for p in extra]
+    causes: dict[str, Cause] = {}
+    rules: dict[str, Rule] = {}
+    for folder in folders:
+        for path in _rule_files(folder):
+            data = _read_toml(path)
+            for cause in _causes(path, data):
+                causes[cause.id] = cause
+            for rule in _rules(path, data):
+                rules[rule.id] = rule
+    return RuleSet(rules=list(rules.values()), causes=causes, sources=[str(f) for f in folders])
+
+
+def _rule_files(folder: Path) -> list[Path]:
+    if folder.is_file():
+        return [folder]
+    if not folder.is_dir():
+        raise RuleError(f"{folder}: no such rules folder")
+    files = sorted(folder.glob("*.toml"))
+    # causes first, so rule files can be checked against them
+    return sorted(files, key=lambda p: p.name != "causes.toml")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise RuleError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _line_of(path: Path, needle: str) -> int:
+    """1-based line where ``needle`` first appears (for file:line messages)."""
+    try:
+        for no, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if needle in text:
+                return no
+    except OSError:
+        pass
+    return 1
+
+
+def _prose(value: Any) -> str:
+    """Unwrap a TOML multi-line string: single newlines become spaces, blank lines stay."""
+    return re.sub(r"(?<!\n)\n(?!\n)", " ", str(value or "").strip())
+
+
+def _tuple(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value)
+
+
+def _causes(path: Path, data: Mapping[str, Any]) -> Iterable[Cause]:
+    for cid, body in (data.get("cause") or {}).items():
+        where = f"{path}:{_line_of(path, f'[cause.{cid}]')}"
+        if not isinstance(body, dict):
+            raise RuleError(f"{where}: cause.{cid} must be a table")
+        parent = body.get("parent", cid)
+        if parent not in TAXONOMY:
+            raise RuleError(f"{where}: cause {cid!r}: parent {parent!r} is not a taxonomy id")
+        if cid not in TAXONOMY and parent == cid:
+            raise RuleError(f"{where}: finer cause {cid!r} must name its taxonomy parent")
+        yield Cause(
+            id=cid,
+            parent=parent,
+            title=str(body.get("title", cid)),
+            explanation=_prose(body.get("explanation")),
+            fix=_tuple(body.get("fix")),
+            references=_tuple(body.get("references")),
+        )
+
+
+_RULE_KEYS = {
+    "id",
+    "name",
+    "cause",
+    "patterns",
+    "keywords",
+    "role",
+    "weight",
+    "exclude",
+    "scope",
+    "summary",
+    "explanation",
+    "fix",
+    "references",
+    "match",
+    "no_match",
+}
+
+
+def _rules(path: Path, data: Mapping[str, Any]) -> Iterable[Rule]:
+    for body in data.get("rule") or []:
+        rid = str(body.get("id", "?"))
+        needle = f'id = "{rid}"'
+        where = f"{path}:{_line_of(path, needle)}"
+        unknown = set(body) - _RULE_KEYS
+        if unknown:
+            raise RuleError(f"{where}: rule {rid}: unknown field(s) {', '.join(sorted(unknown))}")
+        for key in ("id", "name", "cause", "patterns", "keywords"):
+            if not body.get(key):
+                raise RuleError(f"{where}: rule {rid}: missing required field {key!r}")
+        role = body.get("role", "primary")
+        if role not in ROLES:
+            raise RuleError(f"{where}: rule {rid}: role must be one of {', '.join(ROLES)}")
+        weight = body.get("weight", 0.8)
+        if not isinstance(weight, (int, float)) or not 0 < weight <= 1:
+            raise RuleError(f"{where}: rule {rid}: weight must be a number in (0, 1]")
+        scope = body.get("scope") or {}
+        bad = set(scope) - set(SCOPE_COLUMNS)
+        if bad:
+            raise RuleError(f"{where}: rule {rid}: scope on unknown column(s) {', '.join(sorted(bad))}")
+        patterns = _tuple(body["patterns"])
+        engine = "polars"
+        for pat in (*patterns, *_tuple(body.get("exclude"))):
+            problem = _compile_problem(pat)
+            if problem is None:
+                continue
+            if _python_problem(pat) is None:
+                engine = "python"
+            else:
+                raise RuleError(f"{where}: rule {rid}: pattern does not compile: {problem}: {pat!r}")
+        yield Rule(
+            id=rid,
+            name=str(body["name"]),
+            cause=str(body["cause"]),
+            patterns=patterns,
+            keywords=_tuple(body["keywords"]),
+            role=role,
+            weight=float(weight),
+            exclude=_tuple(body.get("exclude")),
+            scope={k: (v if isinstance(v, str) else _tuple(v)) for k, v in scope.items()},
+            summary=str(body.get("summary", "")).strip(),
+            explanation=_prose(body.get("explanation")),
+            fix=_tuple(body.get("fix")),
+            references=_tuple(body.get("references")),
+            examples_match=_tuple(body.get("match")),
+            examples_no_match=_tuple(body.get("no_match")),
+            origin=where,
+            engine=engine,
+        )
+
+
+def _compile_problem(pattern: str) -> str | None:
+    """Why polars' (Rust, linear-time) regex engine rejects a pattern, or None."""
+    try:
+        pl.select(pl.lit("").str.contains(pattern))
+    except Exception as exc:  # polars raises ComputeError with the engine's message
+        return str(exc).splitlines()[0]
+    return None
+
+
+def _python_problem(pattern: str) -> str | None:
+    import regex
+
+    try:
+        regex.compile(pattern)
+    except regex.error as exc:
+        return str(exc)
+    return None
+
+
+def validate(rules: RuleSet) -> list[str]:
+    """Cross-file checks: every rule's cause is known, ids and names are well formed and unique."""
+    problems: list[str] = []
+    names: dict[str, str] = {}
+    for rule in rules.rules:
+        if not _ID.match(rule.id):
+            problems.append(f"{rule.origin}: rule id {rule.id!r} must look like ABC123")
+        if not _NAME.match(rule.name):
+            problems.append(f"{rule.origin}: rule {rule.id}: name {rule.name!r} must be kebab-case")
+        if rule.name in names and names[rule.name] != rule.id:
+            problems.append(f"{rule.origin}: rule {rule.id}: name {rule.name!r} is also used by {names[rule.name]}")
+        names[rule.name] = rule.id
+        if rule.cause not in TAXONOMY and rule.cause not in rules.causes:
+            problems.append(f"{rule.origin}: rule {rule.id}: cause {rule.cause!r} is neither a taxonomy id nor in causes.toml")
+        if not rule.examples_match:
+            problems.append(f"{rule.origin}: rule {rule.id}: needs at least one 'match' example")
+        if not (rule.explanation or rules.cause(rule.cause).explanation):
+            problems.append(f"{rule.origin}: rule {rule.id}: no explanation (on the rule or its cause)")
+        if not (rule.fix or rules.cause(rule.cause).fix):
+            problems.append(f"{rule.origin}: rule {rule.id}: no fix (on the rule or its cause)")
+    return problems

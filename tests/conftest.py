@@ -1,0 +1,42 @@
+"""Shared helpers: parse a log excerpt the way the real pipeline does."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from logsleuth import ingest, parse, reason, rulebook
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def events_of(text: str, name: str = "job.log") -> pl.DataFrame:
+    """The event table of a log excerpt (dedented), identities resolved."""
+    body = textwrap.dedent(text).lstrip("\n")
+    rules = rulebook.load()
+    got = ingest.ingest_text(body, [*parse.KEYWORDS, *rules.keywords], name=name)
+    return reason.resolve_identity(parse.build(got.lines, {name: 2026}))
+
+
+@pytest.fixture(scope="session")
+def ruleset() -> rulebook.RuleSet:
+    return rulebook.load()
+
+
+@pytest.fixture
+def write(tmp_path: Path):
+    """Write a file under tmp_path and return its path."""
+
+    def _write(name: str, content: str | bytes) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            path.write_text(textwrap.dedent(content).lstrip("\n"), encoding="utf-8")
+        else:
+            path.write_bytes(content)
+        return path
+
+    return _write

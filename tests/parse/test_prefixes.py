@@ -1,0 +1,85 @@
+"""Every prefix style peels to the right rank, local rank, task, level and time."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+import pytest
+
+from logsleuth.parse.prefixes import peel
+
+CASES = [
+    # (raw line, expected msg, task, rank, local_rank, level)
+    (" 3: [default1]:[rank5]: Traceback (most recent call last):", "Traceback (most recent call last):", 3, 5, 1, None),
+    ("12: step 7 loss 0.1", "step 7 loss 0.1", 12, None, None, None),
+    ("[default0]:hello from local rank 0", "hello from local rank 0", None, None, 0, None),
+    ("[rank3]: RuntimeError: boom", "RuntimeError: boom", None, 3, None, None),
+    # torchrun --role rank --tee 3 writes the *local* rank; stacked with PyTorch's global one
+    ("[rank1]:[rank9]: ValueError: x", "ValueError: x", None, 9, 1, None),
+    ("[1,3]<stderr>:RuntimeError: x", "RuntimeError: x", None, 3, None, None),
+    ("[rank: 2] Epoch 0", "Epoch 0", None, 2, None, None),
+    (
+        "[rank0]:[E502 11:59:03.123 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout",
+        "[Rank 0] Watchdog caught collective operation timeout",
+        None,
+        0,
+        None,
+        "error",
+    ),
+    (
+        "E1122 02:40:23.026000 4227 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: 4229) of binary: /usr/bin/python",
+        "failed (exitcode: 1) local_rank: 1 (pid: 4229) of binary: /usr/bin/python",
+        None,
+        None,
+        None,
+        "error",
+    ),
+    (
+        "[rank0]:[E ProcessGroupNCCL.cpp:683] [PG ID 0 PG GUID 0(default_pg) Rank 0] Watchdog caught",
+        "[PG ID 0 PG GUID 0(default_pg) Rank 0] Watchdog caught",
+        None,
+        0,
+        None,
+        "error",
+    ),
+    (
+        "[W socket.cpp:401] [c10d] The server socket has failed to bind",
+        "[c10d] The server socket has failed to bind",
+        None,
+        None,
+        None,
+        "warning",
+    ),
+    ("WARNING:torch.distributed.run:", "", None, None, None, "warning"),
+    (
+        "  0: slurmstepd-node01: error: Detected 1 oom-kill event(s) in StepId=8.0.",
+        "slurmstepd-node01: error: Detected 1 oom-kill event(s) in StepId=8.0.",
+        0,
+        None,
+        None,
+        None,
+    ),
+    ("2024-05-01T10:00:00.123Z [default0]:hello", "hello", None, None, 0, None),
+    ("RuntimeError: boom", "RuntimeError: boom", None, None, None, None),
+]
+
+
+@pytest.mark.parametrize(("raw", "msg", "task", "rank", "local_rank", "level"), CASES)
+def test_prefix_styles_peel_to_message_and_identity(raw, msg, task, rank, local_rank, level) -> None:
+    got = peel(pl.DataFrame({"file": ["f"], "line": [1], "raw": [raw]}), {"f": 2026}).row(0, named=True)
+    assert (got["msg"], got["task"], got["rank"], got["local_rank"], got["level"]) == (msg, task, rank, local_rank, level)
+
+
+def test_glog_month_is_not_zero_padded() -> None:
+    # c10's logger writes E502 for May 2 and E1122 for Nov 22
+    lines = ["[rank0]:[E502 11:59:03.123 ProcessGroupNCCL.cpp:607] x", "E1122 02:40:23.026000 4227 torch/x.py:1] y"]
+    got = peel(pl.DataFrame({"file": ["f", "f"], "line": [1, 2], "raw": lines}), {"f": 2025})
+    assert got["time"].to_list() == [datetime(2025, 5, 2, 11, 59, 3, 123000), datetime(2025, 11, 22, 2, 40, 23, 26000)]
+
+
+def test_streams_separate_writers_but_not_lines_of_one_writer() -> None:
+    lines = ["[rank0]: a", "[rank1]: b", "[rank0]: c", "plain"]
+    got = peel(pl.DataFrame({"file": ["f"] * 4, "line": [1, 2, 3, 4], "raw": lines}), {"f": 2026})
+    streams = got["stream"].to_list()
+    assert streams[0] == streams[2] and len({streams[0], streams[1], streams[3]}) == 3

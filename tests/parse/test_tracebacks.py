@@ -1,0 +1,105 @@
+"""Tracebacks fold into one event per writer, also when ranks interleave."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tests.conftest import events_of
+from tests.data_torchrun import TORCHRUN_VALUEERROR
+
+
+def _tracebacks(ev: pl.DataFrame) -> list[tuple]:
+    return ev.filter(pl.col("kind") == "traceback").select("rank", "exc_type", "line", "block_start").rows()
+
+
+def test_interleaved_rank_prefixed_tracebacks_fold_per_rank() -> None:
+    ev = events_of(
+        """
+        [rank2]: Traceback (most recent call last):
+        [rank1]: Traceback (most recent call last):
+        [rank2]:   File "/home/user/train.py", line 42, in <module>
+        [rank1]:   File "/home/user/train.py", line 42, in <module>
+        [rank2]:     raise ValueError("bad sample 17")
+        [rank2]: ValueError: bad sample 17
+        [rank1]:     dist.all_reduce(t)
+        [rank1]: RuntimeError: Connection closed by peer [10.0.0.2]:36000
+        """
+    )
+    assert _tracebacks(ev) == [(2, "ValueError", 6, 1), (1, "RuntimeError", 8, 2)]
+    assert ev.height == 2  # frames and code lines are folded away
+
+
+def test_real_torchrun_output_gives_one_event_per_traceback() -> None:
+    ev = events_of(TORCHRUN_VALUEERROR)
+    tbs = ev.filter(pl.col("kind") == "traceback")
+    assert tbs.select("rank", "exc_type").rows() == [
+        (1, "ValueError"),
+        (2, "RuntimeError"),
+        (None, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"),
+    ]
+    assert tbs["message"][0] == "ValueError: bad sample 17 on purpose"
+    assert "distributed_c10d.py:3252 in all_reduce" in tbs["detail"][1]
+
+
+def test_chained_exceptions_give_one_event_per_link_naming_the_one_before() -> None:
+    ev = events_of(
+        """
+        Traceback (most recent call last):
+          File "load.py", line 3, in load
+            return table[key]
+        KeyError: 'shard-7'
+
+        The above exception was the direct cause of the following exception:
+
+        Traceback (most recent call last):
+          File "train.py", line 9, in <module>
+            load()
+        RuntimeError: could not load shard-7
+        """
+    )
+    tbs = ev.filter(pl.col("kind") == "traceback")
+    assert tbs["exc_type"].to_list() == ["KeyError", "RuntimeError"]
+    assert "chained after: KeyError" in tbs["detail"][1]
+
+
+def test_traceback_cut_off_before_its_exception_line_still_becomes_an_event() -> None:
+    ev = events_of(
+        """
+        [rank0]: Traceback (most recent call last):
+        [rank0]:   File "train.py", line 9, in <module>
+        """
+    )
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert tb["rank"] == 0 and "cut off" in tb["message"]
+
+
+def test_nccl_line_inside_an_unprefixed_traceback_does_not_close_it() -> None:
+    ev = events_of(
+        """
+        Traceback (most recent call last):
+          File "train.py", line 9, in <module>
+        node01:77:80 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE
+        torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error
+        """
+    )
+    assert ev.filter(pl.col("kind") == "traceback")["exc_type"].to_list() == ["torch.distributed.DistBackendError"]
+    assert ev.filter(pl.col("kind") == "nccl_init").height == 1
+
+
+def test_cpp_terminate_block_gives_the_what_line_its_exception_type() -> None:
+    ev = events_of(
+        """
+        [rank3]:terminate called after throwing an instance of 'c10::DistBackendError'
+        [rank3]:  what():  [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception: [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600059 milliseconds before timing out.
+        """
+    )
+    what = ev.filter(pl.col("kind") == "watchdog_timeout").row(0, named=True)
+    assert what["exc_type"] == "c10::DistBackendError"
+    assert (what["rank"], what["op"], what["seq"], what["numel"], what["timeout_ms"], what["elapsed_ms"]) == (
+        3,
+        "ALLREDUCE",
+        7,
+        1048576,
+        600000,
+        600059,
+    )

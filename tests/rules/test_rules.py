@@ -1,0 +1,95 @@
+"""Every rule's examples, run through the real pipeline; the catalogue's invariants."""
+
+from __future__ import annotations
+
+import pytest
+
+from logsleuth import rulebook
+from logsleuth.rulecheck import check, rule_hits
+from logsleuth.taxonomy import NON_CAUSES, TAXONOMY
+
+RULES = rulebook.load()
+MATCH = [pytest.param(r, ex, id=f"{r.id}-match-{i}") for r in RULES.rules for i, ex in enumerate(r.examples_match)]
+NO_MATCH = [pytest.param(r, ex, id=f"{r.id}-no_match-{i}") for r in RULES.rules for i, ex in enumerate(r.examples_no_match)]
+
+
+@pytest.mark.parametrize(("rule", "example"), MATCH)
+def test_rule_matches_its_match_example(rule: rulebook.Rule, example: str) -> None:
+    assert rule_hits(rule, RULES, example)
+
+
+@pytest.mark.parametrize(("rule", "example"), NO_MATCH)
+def test_rule_does_not_match_its_no_match_example(rule: rulebook.Rule, example: str) -> None:
+    assert not rule_hits(rule, RULES, example)
+
+
+def test_builtin_rules_pass_the_checker() -> None:
+    assert check(RULES) == []
+
+
+def test_every_taxonomy_id_has_an_explanation_and_a_fix() -> None:
+    for cid in set(TAXONOMY) - NON_CAUSES:
+        cause = RULES.cause(cid)
+        assert cause.explanation and cause.fix, cid
+
+
+def test_finer_causes_roll_up_to_their_taxonomy_parent() -> None:
+    for cid, cause in RULES.causes.items():
+        assert RULES.category(cid) == cause.parent in TAXONOMY
+
+
+def test_checker_rejects_a_rule_whose_keywords_miss_its_example(tmp_path) -> None:
+    (tmp_path / "bad.toml").write_text(
+        """
+[[rule]]
+id = "ZZZ001"
+name = "needs-keyword"
+cause = "disk_full"
+keywords = ["quux-not-in-line"]
+patterns = ['''zorblax overflowed''']
+match = ['''zorblax overflowed''']
+"""
+    )
+    problems = check(rulebook.load([tmp_path]))
+    assert any("ZZZ001" in p and "does not match" in p and "bad.toml:3" in p for p in problems)
+
+
+def test_checker_rejects_catastrophic_backtracking(tmp_path) -> None:
+    (tmp_path / "slow.toml").write_text(
+        """
+[[rule]]
+id = "ZZZ002"
+name = "backtracks"
+cause = "disk_full"
+keywords = ["a"]
+patterns = ['''^(a+)+(?=b)''']
+match = ['''aab''']
+"""
+    )
+    problems = check(rulebook.load([tmp_path]))
+    assert any("ZZZ002" in p and ("backtrack" in p or "slow" in p) for p in problems)
+
+
+def test_invalid_rule_file_gives_file_and_line(tmp_path) -> None:
+    (tmp_path / "broken.toml").write_text('[[rule]]\nid = "ZZZ003"\nname = "x"\ncause = "disk_full"\npatterns = ["("]\nkeywords = ["x"]\n')
+    with pytest.raises(rulebook.RuleError, match=r"broken.toml:2: rule ZZZ003: pattern does not compile"):
+        rulebook.load([tmp_path])
+
+
+def test_user_rules_override_builtin_rules_by_id(tmp_path) -> None:
+    builtin = RULES.by_id()["NET001"]
+    (tmp_path / "mine.toml").write_text(
+        f"""
+[[rule]]
+id = "NET001"
+name = "{builtin.name}"
+cause = "port_in_use"
+weight = 0.5
+keywords = ["Address already in use"]
+patterns = ['''Address already in use''']
+match = ['''RuntimeError: Address already in use''']
+"""
+    )
+    merged = rulebook.load([tmp_path])
+    assert merged.by_id()["NET001"].weight == 0.5
+    assert len(merged.rules) == len(RULES.rules)
