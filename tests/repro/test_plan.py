@@ -217,3 +217,36 @@ def test_a_remote_master_addr_is_replaced_by_loopback_for_the_local_run() -> Non
     plan, notes = adapt_to_host(make_plan(None, env={"MASTER_ADDR": "192.0.2.10", "NCCL_DEBUG": "INFO"}))
     assert plan.env == {"MASTER_ADDR": "127.0.0.1", "NCCL_DEBUG": "INFO"}
     assert any("192.0.2.10 is not this machine" in n for n in notes)
+
+
+def test_a_desync_report_gives_op_shape_and_dtype_of_the_first_rank() -> None:
+    found = find(
+        events_of(
+            "[rank0]: RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+            "CollectiveFingerPrint(SequenceNumber=23, OpType=ALLREDUCE, TensorShape=[20, 10], TensorDtypes=BFloat16, "
+            "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu)), but Rank 1 is running collective: "
+            "CollectiveFingerPrint(SequenceNumber=23, OpType=BROADCAST, TensorShape=[20, 10], TensorDtypes=BFloat16).\n"
+        )
+    )
+    assert (found.op, found.numel, found.dtype) == ("all_reduce", 200, "bfloat16")
+
+
+def test_point_to_point_work_is_reproduced_by_the_nearest_collective_and_said_so() -> None:
+    found = find(
+        events_of(
+            "[rank1]:[E1122 02:40:23.026531 140 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=4, OpType=SEND, NumelIn=4096, NumelOut=4096, Timeout(ms)=1000) ran for 1001 milliseconds before timing out.\n"
+        )
+    )
+    assert (found.op, found.numel) == ("all_to_all", 4096)
+    assert any("OpType SEND" in n for n in found.notes)
+
+
+def test_missing_torch_is_reported_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from logsleuth.repro.run import check_torch
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(PlanError, match=r"pip install torch==2\.13\.0"):
+        check_torch()
