@@ -358,13 +358,13 @@ class Plan:
     def size_bytes(self, world: int | None = None) -> int:
         return size_bytes(self.op, self.numel, self.dtype, world or self.world)
 
-    def worker_args(self, backend: str | None = None) -> list[str]:
+    def worker_args(self) -> list[str]:
         """The worker's command-line arguments (all validated values, no shell involved)."""
         return [
             f"--op={self.op}",
             f"--numel={self.numel}",
             f"--dtype={self.dtype}",
-            f"--backend={backend or self.backend}",
+            f"--backend={self.backend}",
             f"--iters={self.iters}",
             f"--warmup={self.warmup}",
             f"--timeout={self.collective_timeout_s:g}",
@@ -378,12 +378,14 @@ class Plan:
 
 
 def _human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
+    if n < 1024:
+        return f"{n} B"
+    value, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}"
 
 
 def make_plan(

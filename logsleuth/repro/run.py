@@ -375,7 +375,10 @@ def reproduce(
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         folder = logs if logs is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="logsleuth-repro-")))
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PlanError(f"--logs {folder}: cannot create this folder ({exc.strerror or exc})") from None
         log_path = folder / LOG_NAME
         ranks, timed_out, run_notes = spawn(plan, log_path, grace_s=grace_s)
         elapsed = time.monotonic() - started
