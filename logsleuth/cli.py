@@ -391,9 +391,13 @@ def _write(output: Path | None, text: str) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    output.write_text(text, encoding="utf-8")
-    if text.startswith("#!"):
-        output.chmod(0o755)
+    try:
+        output.write_text(text, encoding="utf-8")
+        if text.startswith("#!"):
+            output.chmod(0o755)
+    except OSError as exc:
+        _err(f"cannot write {output}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 def main() -> None:

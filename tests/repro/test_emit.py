@@ -88,6 +88,7 @@ def test_emit_from_logs_reports_what_it_did_not_carry_over(tmp_path: Path) -> No
         (["--op", "allgatherv", "--emit", "sbatch"], 2, "--op 'allgatherv'"),
         (["--env", "LD_PRELOAD=/tmp/x.so", "--emit", "sbatch"], 2, "LD_PRELOAD"),
         (["no-such-job.out", "--emit", "sbatch"], 3, "no readable input"),
+        (["--emit", "sbatch", "-o", "/nonexistent-dir/x.sbatch"], 2, "cannot write /nonexistent-dir/x.sbatch"),
     ],
 )
 def test_bad_usage_gives_a_message_and_exit_code_not_a_traceback(args: list[str], code: int, message: str) -> None:
