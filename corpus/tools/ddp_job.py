@@ -26,6 +26,7 @@ Faults (--fault NAME, on --fault-rank R, at --fault-step S):
   shm         DataLoader workers passing big batches through a tiny /dev/shm
   backend_nccl | backend_mpi | backend_bogus   init_process_group with that backend
   set_device  torch.cuda.set_device(local_rank) on this CPU-only machine
+  cuda_to     model.to(f"cuda:{local_rank}") on this CPU-only machine
   import_error   rank R imports a module that is not installed
   harmless    clean run that logs a caught exception, warnings and a retry
 """
@@ -175,7 +176,7 @@ def save_checkpoint(model, opt, step, args, rank):
 def write_metrics(step, loss, args, rank):
     path = os.path.join(args.ckpt_dir, f"metrics_rank{rank}.log")
     with open(path, "a") as f:
-        f.write(f"step {step} loss {loss:.4f}\n" * 2000)
+        f.write(f"step {step} loss {loss:.4f}\n" * 20000)
 
 
 def main(argv=None):
@@ -217,11 +218,32 @@ def main(argv=None):
     rank, world = dist.get_rank(), dist.get_world_size()
     print(f"[{host}] rank {rank}/{world} ready (local_rank {os.environ.get('LOCAL_RANK', '?')})", flush=True)
 
+    if args.fault.startswith("mismatch_"):
+        # a few rounds of "dataset statistics" syncing before the model is built; rank R
+        # sends a different collective in round --fault-step.  (Done before DDP because
+        # DDP construction itself crashes with TORCH_DISTRIBUTED_DEBUG=DETAIL on gloo/CPU
+        # in torch 2.13.)
+        for rnd in range(1, args.fault_step + 1):
+            t = torch.ones(8)
+            op = dist.ReduceOp.SUM
+            if rank == args.fault_rank and rnd == args.fault_step:
+                if args.fault == "mismatch_shape":
+                    t = torch.ones(12)
+                elif args.fault == "mismatch_dtype":
+                    t = torch.ones(8, dtype=torch.float64)
+                elif args.fault == "mismatch_op":
+                    op = dist.ReduceOp.MAX
+            dist.all_reduce(t, op=op)
+            if rank == 0:
+                print(f"synced dataset statistics (round {rnd}): {t.sum().item():.0f}", flush=True)
+
     torch.manual_seed(0)
     width = args.hidden
     if args.fault == "model_differs" and rank == args.fault_rank:
         width = args.hidden * 2
     model = MLP(width)
+    if args.fault == "cuda_to":
+        model = model.to(f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     records = {"shard_%d" % r: r for r in range(world)}
@@ -265,16 +287,6 @@ def main(argv=None):
         if hit and args.fault == "exit_early":
             print(f"rank {rank}: no more data in shard, stopping", flush=True)
             sys.exit(0)
-        if hit and args.fault.startswith("mismatch_"):
-            t = torch.ones(8)
-            if args.fault == "mismatch_shape":
-                t = torch.ones(12)
-            op = dist.ReduceOp.MAX if args.fault == "mismatch_op" else dist.ReduceOp.SUM
-            if args.fault == "mismatch_dtype":
-                t = torch.ones(8, dtype=torch.float64)
-            dist.all_reduce(t, op=op)
-        elif step == args.fault_step and args.fault.startswith("mismatch_"):
-            dist.all_reduce(torch.ones(8))
         skip = args.fault == "unused_params" and rank == args.fault_rank and step >= args.fault_step
         out = ddp(x, skip_fc2=skip)
         loss = nn.functional.mse_loss(out, y)

@@ -63,6 +63,7 @@ REAL_VENV = Path(os.environ.get("LOGSLEUTH_VENV", sys.prefix))  # the venv that 
 _port_lock = threading.Lock()
 _used_ports: set[int] = set()
 _print_lock = threading.Lock()
+ACTIVE: set = set()          # Runners in progress (for cleanup on SIGINT/SIGTERM)
 
 
 def say(*a):
@@ -107,6 +108,7 @@ class Scenario:
     prefix: str = ""               # torchrun output: "" | tee | role | template
     tr_args: list = field(default_factory=list)  # extra torchrun args
     sbatch: list = field(default_factory=list)   # extra #SBATCH lines
+    srun_opts: list = field(default_factory=list)  # extra srun options
     special: str = ""              # a setup hook name, see Runner.setup_*
     notes: str = ""
     timeout: int = 150
@@ -176,6 +178,14 @@ def build_scenarios():
     ], "a malformed batch (15 features instead of 16) makes the model's matmul raise a RuntimeError on one rank")
 
     # ---- crash_signal / unknown ----------------------------------------------------
+    add(S("detail-ddp-segfault-torchrun-tee-2rank", "crash_signal", "torchrun", nproc=2, fault_rank=None,
+          prefix="tee", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, group="inject:detail_segfault",
+          notes="no fault injected: with TORCH_DISTRIBUTED_DEBUG=DETAIL, constructing DDP over gloo on CPU "
+                "segfaults on every rank (torch 2.13.0+cpu)"),
+        S("detail-ddp-segfault-srun-2task", "crash_signal", "srun", nproc=2, fault_rank=None,
+          env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "PYTHONFAULTHANDLER": "1"}, group="inject:detail_segfault",
+          notes="no fault injected: TORCH_DISTRIBUTED_DEBUG=DETAIL makes DDP construction segfault on every "
+                "rank (torch 2.13.0+cpu); PYTHONFAULTHANDLER=1 prints the Python stacks"))
     tr_variants("segfault", "crash_signal", "segfault", [
         ("torchrun-2rank", "torchrun", 2, 1, "", {}),
         ("torchrun-tee-4rank", "torchrun", 4, 2, "tee", {}),
@@ -207,7 +217,7 @@ def build_scenarios():
     tr_variants("hang", "collective_timeout", "hang", [
         ("torchrun-2rank", "torchrun", 2, 1, "", {}),
         ("torchrun-tee-4rank", "torchrun", 4, 2, "tee", {}),
-        ("srun-4task", "srun", 4, 1, "", {}),
+        ("srun-4task", "srun", 4, 1, "", {"srun_opts": ["--kill-on-bad-exit=1"]}),
         ("torchrun-2node", "torchrun2", 2, 3, "", {"fault_node": "node02"}),
     ], "one rank stops (sleeps) before its backward; the others time out in gloo's all_reduce after "
        "the 30 s process-group timeout; the straggler itself prints nothing")
@@ -218,7 +228,7 @@ def build_scenarios():
     ], "one rank leaves the training loop and exits 0 (no error); the others fail on the closed connection")
     tr_variants("hang-before-init", "rendezvous_timeout", "hang_init", [
         ("torchrun-4rank", "torchrun", 4, 3, "", {}),
-        ("srun-2task", "srun", 2, 1, "", {}),
+        ("srun-2task", "srun", 2, 1, "", {"srun_opts": ["--kill-on-bad-exit=1"]}),
         ("torchrun-tee-2rank", "torchrun", 2, 1, "tee", {}),
     ], "one rank never reaches init_process_group; the others time out waiting for it in the store")
 
@@ -228,11 +238,7 @@ def build_scenarios():
         ("torchrun-2rank", "torchrun", 2, 1, "", {"env": detail}),
         ("torchrun-tee-4rank", "torchrun", 4, 2, "tee", {"env": detail}),
         ("srun-4task", "srun", 4, 3, "", {"env": detail}),
-    ], "one rank all_reduces a tensor of 12 elements while the others use 8, TORCH_DISTRIBUTED_DEBUG=DETAIL")
-    tr_variants("mismatch-op-detail", "collective_mismatch", "mismatch_op", [
-        ("torchrun-2rank", "torchrun", 2, 1, "", {"env": detail}),
-        ("srun-2task", "srun", 2, 1, "", {"env": detail}),
-    ], "one rank all_reduces with MAX, the others with SUM, TORCH_DISTRIBUTED_DEBUG=DETAIL")
+    ], "in a statistics all_reduce before DDP is built, one rank sends 12 elements while the others send 8, TORCH_DISTRIBUTED_DEBUG=DETAIL")
     tr_variants("mismatch-dtype-detail", "collective_mismatch", "mismatch_dtype", [
         ("torchrun-4rank", "torchrun", 4, 1, "", {"env": detail}),
     ], "one rank all_reduces float64, the others float32, TORCH_DISTRIBUTED_DEBUG=DETAIL")
@@ -322,6 +328,10 @@ def build_scenarios():
         ("srun-2task", "srun", 2, 0, "", {}),
         ("torchrun-tee-4rank", "torchrun", 4, 0, "tee", {}),
     ], "torch.cuda.set_device(local_rank) on a machine without a usable GPU (CPU-only torch)")
+    tr_variants("cuda-to", "device_misassignment", "cuda_to", [
+        ("torchrun-2rank", "torchrun", 2, 0, "", {}),
+        ("srun-4task", "srun", 4, 0, "", {}),
+    ], "model.to(f'cuda:{local_rank}') on a machine without a usable GPU (CPU-only torch)")
     tr_variants("import", "import_error", "import_error", [
         ("torchrun-2rank", "torchrun", 2, 1, "", {}),
         ("torchrun-tee-4rank", "torchrun", 4, 2, "tee", {}),
@@ -343,14 +353,16 @@ def build_scenarios():
           prefix="tee", special="port_taken", group="inject:port_in_use",
           notes="another process already listens on the --master-port given to torchrun --tee 3"),
         S("port-in-use-srun-2task", "port_in_use", "srun", nproc=2, fault_rank=0,
-          special="port_taken", group="inject:port_in_use",
-          notes="MASTER_PORT is already bound on the node when rank 0 creates the TCPStore"),
+          special="port_taken", group="inject:port_in_use", srun_opts=["--kill-on-bad-exit=1"],
+          notes="MASTER_PORT is already bound on the node when rank 0 creates the TCPStore "
+                "(srun --kill-on-bad-exit=1: rank 1, connected to the squatting process, would wait forever)"),
         S("port-in-use-srun-torchrun-4rank", "port_in_use", "srun-torchrun", nproc=4, fault_rank=None,
           special="port_taken", group="inject:port_in_use",
           notes="torchrun under srun with a --master-port already in use on the node"))
     add(S("master-refused-torchrun-node02", "master_unreachable", "torchrun", nproc=2, fault_rank=None,
           fault_node="node02", special="node02_only", group="inject:master_unreachable",
-          tr_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "node01"],
+          tr_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "node01",
+                   "--rdzv-conf", "timeout=30"],
           notes="the node02 agent of a 2-node job starts, but nothing listens at node01:MASTER_PORT "
                 "(master never started)"),
         S("master-refused-srun-2task", "master_unreachable", "srun", nproc=2, fault_rank=None,
@@ -359,24 +371,26 @@ def build_scenarios():
                 "which nothing listens"),
         S("master-blackhole-torchrun-node02", "master_unreachable", "torchrun", nproc=2, fault_rank=None,
           fault_node="node02", special="node02_only", group="inject:master_unreachable",
-          tr_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.255.255.1"],
-          notes="MASTER_ADDR is an address nobody answers on (packets dropped)"),
+          tr_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.255.255.1",
+                   "--rdzv-conf", "timeout=30"],
+          notes="MASTER_ADDR is an address this node has no route to"),
         S("master-refused-c10d-torchrun-node02", "master_unreachable", "torchrun", nproc=2, fault_rank=None,
           fault_node="node02", special="node02_only", group="inject:master_unreachable",
           tr_args=["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-id", "job42",
-                   "--rdzv-endpoint", "node01:{PORT}"],
+                   "--rdzv-endpoint", "node01:{PORT}", "--rdzv-conf", "read_timeout=30"],
           notes="c10d rendezvous endpoint node01:PORT where nothing listens (node02 agent alone)"))
     add(S("badhost-srun-2task", "hostname_resolution", "srun", nproc=2, fault_rank=None,
           env={"MASTER_ADDR": "no-such-host.invalid"}, group="inject:hostname_resolution",
           notes="MASTER_ADDR=no-such-host.invalid does not resolve"),
         S("badhost-torchrun-node02", "hostname_resolution", "torchrun", nproc=2, fault_rank=None,
           fault_node="node02", special="node02_only", group="inject:hostname_resolution",
-          tr_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "no-such-host.invalid"],
+          tr_args=["--nnodes", "2", "--node-rank", "1", "--master-addr", "no-such-host.invalid",
+                   "--rdzv-conf", "timeout=30"],
           notes="node02's torchrun is given --master-addr no-such-host.invalid"),
         S("badhost-c10d-torchrun-2rank", "hostname_resolution", "torchrun", nproc=2, fault_rank=None,
           group="inject:hostname_resolution",
           tr_args=["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-id", "job42",
-                   "--rdzv-endpoint", "node-07.cluster.invalid:{PORT}"],
+                   "--rdzv-endpoint", "node-07.cluster.invalid:{PORT}", "--rdzv-conf", "read_timeout=30"],
           notes="c10d rendezvous endpoint with a host name that does not resolve"))
     add(S("missing-env-python", "env_misconfigured", "python", nproc=1, fault_rank=0,
           group="inject:env_misconfigured",
@@ -401,17 +415,20 @@ def build_scenarios():
         S("nnodes2-static-one-agent-torchrun", "rendezvous_timeout", "torchrun", nproc=2, fault_rank=None,
           fault_node="node02", group="inject:rendezvous_timeout",
           tr_args=["--nnodes", "2", "--node-rank", "0", "--master-addr", "node01",
-                   "--rdzv-conf", "join_timeout=30"],
+                   "--rdzv-conf", "timeout=30"],
           notes="static rendezvous --nnodes 2 --node-rank 0, the node-rank 1 agent never starts"))
     add(S("file-init-unreachable-srun-2task", "file_init_error", "srun", nproc=2, fault_rank=None,
           args=["--init-method", "file:///shared/nfs/job42/initfile"], group="inject:file_init_error",
-          notes="file:// init method on a path whose directory does not exist on the node"),
+          timeout=60, notes="file:// init method on a path whose directory does not exist on the node: "
+                            "init_process_group waits forever without a message (the user cancels it)"),
         S("file-init-stale-srun-2task", "file_init_error", "srun", nproc=2, fault_rank=None,
-          special="stale_initfile", group="inject:file_init_error",
-          notes="file:// init file left behind by an earlier run that crashed is reused by the next run"),
+          special="stale_initfile", group="inject:file_init_error", timeout=90,
+          srun_opts=["--kill-on-bad-exit=1"],
+          notes="file:// init file left behind by an earlier run that was killed is reused by the next run"),
         S("file-init-stale-srun-4task", "file_init_error", "srun", nproc=4, fault_rank=None,
-          special="stale_initfile", group="inject:file_init_error",
-          notes="file:// init file left behind by an earlier 4-task run is reused"))
+          special="stale_initfile", group="inject:file_init_error", timeout=90,
+          srun_opts=["--kill-on-bad-exit=1"],
+          notes="file:// init file left behind by an earlier 4-task run that was killed is reused"))
 
     # ---- SLURM ------------------------------------------------------------------------------
     long = ["--steps", "100000", "--step-sleep", "0.2", "--log-every", "50"]
@@ -443,9 +460,9 @@ def build_scenarios():
           notes="clean run that logs a caught ConnectionError traceback, a retry and a UserWarning", **clean),
         S("harmless-srun-4task", "none", "srun", fault="harmless", nproc=4,
           notes="clean run that logs a caught ConnectionError traceback, a retry and a UserWarning", **clean),
-        S("harmless-detail-torchrun-tee-2rank", "none", "torchrun", fault="harmless", nproc=2, prefix="tee",
-          env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, args=["--ckpt-every", "10"],
-          notes="clean run with TORCH_DISTRIBUTED_DEBUG=DETAIL chatter, a caught traceback and checkpoints",
+        S("harmless-torchrun-tee-2rank", "none", "torchrun", fault="harmless", nproc=2, prefix="tee",
+          env={"TORCH_DISTRIBUTED_DEBUG": "INFO"}, args=["--ckpt-every", "10"],
+          notes="clean run with TORCH_DISTRIBUTED_DEBUG=INFO chatter, a caught traceback and checkpoints",
           **clean),
         S("mismatch-op-undetected-torchrun-2rank", "none", "torchrun", fault="mismatch_op", nproc=2,
           notes="one rank all_reduces with MAX and the other with SUM, without the debug mode: gloo does "
@@ -539,6 +556,19 @@ class Runner:
         self.extra_notes: list[str] = []
         self.cg: Path | None = None
         self.ckpt_dir = "checkpoints"
+        self.jobid: str | None = None
+
+    def abort(self):
+        """Emergency cleanup (inject.py interrupted): kill the job, undo mounts."""
+        if self.jobid:
+            subprocess.run(["scancel", self.jobid], stderr=subprocess.DEVNULL)
+        if self.cg:
+            self.kill_cgroup(self.cg)
+        for c in reversed(self.cleanups):
+            try:
+                c()
+            except Exception:
+                pass
 
     # -- helpers ------------------------------------------------------------------------
     def job_args(self) -> list[str]:
@@ -550,7 +580,7 @@ class Runner:
         if sc.fault in ("perm_denied", "perm_denied_log", "disk_full", "disk_full_log"):
             a += ["--ckpt-dir", self.ckpt_dir]
         a += sc.args
-        if sc.slurm and sc.launcher == "srun" and sc.special not in ("no_slurm_env",):
+        if sc.slurm and sc.launcher == "srun" and sc.special not in ("no_slurm_env", "no_master_port", "rank0_elsewhere"):
             a += ["--slurm-env"]
         return a
 
@@ -681,13 +711,15 @@ class Runner:
             subprocess.run(["chown", "-R", f"{JOB_USER}:{JOB_USER}", str(d)], check=True)
         elif sp == "stale_initfile":
             # an earlier run of the same job that died: leaves its init file behind
-            pre = Runner(Scenario(self.sc.name + "-pre", "x", "srun", fault="sigkill", nproc=self.sc.nproc,
-                                  fault_rank=0, fault_step=3, args=["--init-method", self.init_file()]))
+            pre = Runner(Scenario(self.sc.name + "-pre", "x", "srun", nproc=self.sc.nproc, fault_rank=None,
+                                  special="scancel9",
+                                  args=["--init-method", self.init_file(), "--steps", "100000",
+                                        "--step-sleep", "0.2", "--log-every", "50"]))
             pre.jobdir = self.jobdir
             pre.port = self.port
             pre.run_srun(keep_dir=True, outname="earlier-run")
-            self.extra_notes.append("an earlier run of the same job (rank 0 SIGKILLed) left the init file; "
-                                    "its log is earlier-run.out")
+            self.extra_notes.append("an earlier run of the same job, killed with scancel --signal=KILL, left "
+                                    "the init file behind; its log is earlier-run.out")
 
     def init_file(self):
         return f"file://{self.jobdir}/ddp_init"
@@ -695,6 +727,7 @@ class Runner:
     # -- launchers ---------------------------------------------------------------------
     def run(self):
         sc = self.sc
+        ACTIVE.add(self)
         self.prepare_jobdir()
         try:
             self.setup_special()
@@ -708,6 +741,7 @@ class Runner:
                 return self.run_srun()
             raise ValueError(sc.launcher)
         finally:
+            ACTIVE.discard(self)
             for c in reversed(self.cleanups):
                 try:
                     c()
@@ -777,7 +811,7 @@ class Runner:
         elif sc.launcher == "srun":
             lines.append(f"export MASTER_PORT={self.port}")
         args = self.job_args()
-        if sc.special == "stale_initfile" or (sc.special == "x"):
+        if sc.special == "stale_initfile":
             args += ["--init-method", self.init_file()]
         if sc.special == "rank0_elsewhere":
             lines.append("# ranks computed with an offset: this job believes it runs on the 2nd node")
@@ -788,9 +822,9 @@ class Runner:
             body = ("srun --label bash -c 'RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID "
                     "exec python train.py " + " ".join(sh_quote(x) for x in self.job_args()) + "'")
         elif sc.launcher == "srun":
-            body = "srun --label python train.py " + " ".join(sh_quote(x) for x in args)
+            body = " ".join(["srun --label"] + sc.srun_opts + ["python train.py"] + [sh_quote(x) for x in args])
         else:
-            body = "srun --label " + " ".join(sh_quote(x) for x in self.torchrun_cmd())
+            body = " ".join(["srun --label"] + sc.srun_opts + [sh_quote(x) for x in self.torchrun_cmd()])
         lines += ["", "echo \"job $SLURM_JOB_ID on $SLURM_JOB_NODELIST: $SLURM_NTASKS task(s)\"", body, ""]
         return "\n".join(lines)
 
@@ -806,6 +840,7 @@ class Runner:
         if r.returncode != 0:
             raise RuntimeError(f"sbatch failed: {r.stderr.strip()}")
         jobid = r.stdout.strip().split(";")[0]
+        self.jobid = jobid
         out = self.jobdir / f"slurm-{jobid}.out"
         deadline = time.time() + sc.timeout
         cancelled = False
@@ -815,10 +850,11 @@ class Runner:
             state = q.stdout.strip()
             if not state:
                 break
-            if sc.special == "scancel" and not cancelled and out.exists() and \
+            if sc.special in ("scancel", "scancel9") and not cancelled and out.exists() and \
                     out.read_text(errors="replace").count("step ") >= 2:
                 time.sleep(2)
-                subprocess.run(["runuser", "-u", JOB_USER, "--", "scancel", jobid])
+                sig = ["--signal=KILL", "--full"] if sc.special == "scancel9" else []
+                subprocess.run(["runuser", "-u", JOB_USER, "--", "scancel"] + sig + [jobid])
                 cancelled = True
             time.sleep(1)
         else:
@@ -961,6 +997,13 @@ def main(argv=None):
     if any(sc.slurm for sc in chosen):
         if subprocess.run(["sinfo", "-h"], capture_output=True).returncode != 0:
             ap.error("SLURM is not up: run corpus/tools/slurm_setup.sh first")
+    def on_signal(signum, frame):
+        say(f"inject.py: signal {signum}: cleaning up {len(ACTIVE)} running scenario(s)")
+        for r in list(ACTIVE):
+            r.abort()
+        os._exit(130)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     # the slow ones (time limits, 8 ranks) first so they overlap with the rest
     chosen.sort(key=lambda sc: -sc.timeout)
     t0 = time.time()
