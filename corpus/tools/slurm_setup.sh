@@ -101,6 +101,12 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
 fi
 
 # 3. configuration
+CTLD_HOST=$NODE
+UTS_OK=1
+if ! unshare --uts -- true 2>/dev/null; then
+    UTS_OK=0
+    CTLD_HOST=$(hostname -s)   # slurmctld insists on running on the host it is configured for
+fi
 mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
 real_mem=$(( mem_kb / 1024 * 9 / 10 ))   # MB, leave 10% to the OS
 mkdir -p "$CONF_DIR" /var/spool/slurmctld /var/spool/slurmd "$LOGDIR"
@@ -112,7 +118,7 @@ fi
 cat > "$CONF_DIR/slurm.conf.new" <<EOF
 # written by logsleuth corpus/tools/slurm_setup.sh -- single-node test cluster
 ClusterName=logsleuth
-SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldHost=$CTLD_HOST(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -166,8 +172,16 @@ fi
 # 5. (re)start the daemons inside a UTS namespace named node01
 stop_daemons
 log "starting slurmctld and slurmd (hostname $NODE in a UTS namespace)"
-unshare --uts -- /bin/sh -c "hostname $NODE && /usr/sbin/slurmctld -i && /usr/sbin/slurmd -N $NODE" \
-    || { echo "slurm_setup: failed to start the daemons" >&2; tail -20 "$LOGDIR/slurmctld.log" "$LOGDIR/slurmd.log" >&2 || true; exit 1; }
+if [ "$UTS_OK" = 1 ]; then
+    unshare --uts -- /bin/sh -c "hostname $NODE && /usr/sbin/slurmctld -i && /usr/sbin/slurmd -N $NODE" \
+        || { echo "slurm_setup: failed to start the daemons" >&2; tail -20 "$LOGDIR/slurmctld.log" "$LOGDIR/slurmd.log" >&2 || true; exit 1; }
+else
+    # no UTS namespaces here (e.g. an unprivileged container): the node is still called
+    # node01 for SLURM, but the jobs will see the machine's own host name
+    log "warning: unshare --uts not possible; starting the daemons without a node01 host name"
+    { /usr/sbin/slurmctld -i && /usr/sbin/slurmd -N "$NODE"; } \
+        || { echo "slurm_setup: failed to start the daemons" >&2; tail -20 "$LOGDIR/slurmctld.log" "$LOGDIR/slurmd.log" >&2 || true; exit 1; }
+fi
 
 # 6. wait for the node to be idle
 deadline=$(( $(date +%s) + TIMEOUT ))
