@@ -509,7 +509,8 @@ def ensure_runtime():
     if site.is_symlink():
         site.unlink()
     site.mkdir(parents=True, exist_ok=True)
-    if not os.path.ismount(site):
+    mounted = any(line.split()[4] == str(site) for line in open("/proc/self/mountinfo"))
+    if not mounted:  # (os.path.ismount misses bind mounts within one filesystem)
         subprocess.run(["mount", "--bind", "-o", "ro", str(real_site), str(site)], check=True)
     tr = RUNTIME / "bin" / "torchrun"
     tr.write_text("#!/opt/venv/bin/python\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
@@ -523,6 +524,9 @@ def ensure_runtime():
         subprocess.run(["useradd", "-m", "-s", "/bin/bash", JOB_USER], check=True)
     JOB_BASE.mkdir(parents=True, exist_ok=True)
     shutil.chown(JOB_BASE, JOB_USER, JOB_USER)
+    (RUNTIME / "LOGSLEUTH_README").write_text(
+        "made by logsleuth corpus/tools/inject.py: lib/python3.11/site-packages is a read-only bind mount\n"
+        f"of {real_site}; undo with: umount {site}\n")
     HOSTS_FILE.parent.mkdir(parents=True, exist_ok=True)
     HOSTS_FILE.write_text("127.0.0.1 localhost\n127.0.1.1 node01\n127.0.1.2 node02\n"
                           "::1 localhost ip6-localhost ip6-loopback\n")
