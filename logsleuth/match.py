@@ -66,7 +66,11 @@ def _python_hits(events: pl.DataFrame, rule: Rule) -> pl.Series:
 
 
 def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
-    """Return one row per (event, rule) hit; ``eid`` is the event's row index."""
+    """Return one row per (event, rule) hit; ``eid`` is the event's row index.
+
+    Hits of ``deferred`` rules become consequences when the same rank also has a
+    hit of a rule that is neither deferred nor context (see :func:`_defer`).
+    """
     if events.is_empty() or not rules.rules:
         return pl.DataFrame(schema=HITS_SCHEMA)
     fast = [r for r in rules.rules if r.engine == "polars"]
@@ -88,4 +92,26 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
         )
         for r in rules.rules
     ]
-    return pl.concat(parts).sort("eid", "rule")
+    hits = pl.concat(parts).sort("eid", "rule")
+    deferred = [r.id for r in rules.rules if r.deferred]
+    return _defer(hits, events, deferred) if deferred else hits
+
+
+def _defer(hits: pl.DataFrame, events: pl.DataFrame, deferred: list[str]) -> pl.DataFrame:
+    """Demote deferred hits (how a process ended: SIGABRT, SIGKILL, ...) to consequences
+    on ranks that also show another failure: a process dies once, after everything it
+    reported, so its own earlier error (or the watchdog timeout it aborted on) is the
+    better explanation. Ranks are compared as the parsers left them; a hit without a
+    rank is left alone.
+    """
+    ranked = hits.with_columns(
+        events.get_column("rank").gather(hits.get_column("eid")).alias("_rank"),
+        pl.col("rule").is_in(deferred).alias("_deferred"),
+    )
+    explained = (
+        ranked.filter(~pl.col("_deferred") & (pl.col("role") != "context") & pl.col("_rank").is_not_null()).get_column("_rank").unique()
+    )
+    demote = pl.col("_deferred") & (pl.col("role") == "primary") & pl.col("_rank").is_in(explained.implode())
+    return ranked.with_columns(pl.when(demote).then(pl.lit("consequence")).otherwise(pl.col("role")).alias("role")).drop(
+        "_rank", "_deferred"
+    )

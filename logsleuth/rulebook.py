@@ -74,6 +74,7 @@ class Rule:
     examples_no_match: tuple[str, ...] = ()
     origin: str = ""  # file:line where the rule is defined
     engine: str = "polars"  # "polars" (linear time) or "python" (regex module, with a timeout)
+    deferred: bool = False  # how a process ended: yields to another failure of the same rank
 
     @property
     def pattern(self) -> str:
@@ -206,6 +207,7 @@ _RULE_KEYS = {
     "references",
     "match",
     "no_match",
+    "deferred",
 }
 
 
@@ -226,6 +228,9 @@ def _rules(path: Path, data: Mapping[str, Any]) -> Iterable[Rule]:
         weight = body.get("weight", 0.8)
         if not isinstance(weight, (int, float)) or not 0 < weight <= 1:
             raise RuleError(f"{where}: rule {rid}: weight must be a number in (0, 1]")
+        deferred = body.get("deferred", False)
+        if not isinstance(deferred, bool):
+            raise RuleError(f"{where}: rule {rid}: deferred must be true or false")
         scope = body.get("scope") or {}
         bad = set(scope) - set(SCOPE_COLUMNS)
         if bad:
@@ -258,6 +263,7 @@ def _rules(path: Path, data: Mapping[str, Any]) -> Iterable[Rule]:
             examples_no_match=_tuple(body.get("no_match")),
             origin=where,
             engine=engine,
+            deferred=deferred,
         )
 
 

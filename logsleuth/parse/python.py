@@ -109,9 +109,26 @@ def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return rest, events
 
 
+#: torchrun's error file, logged as indented JSON by torch 1.9-1.12 when no error file is set:
+#: ``"message": "RuntimeError: Permission denied",`` (elastic/multiprocessing/errors/error_handler.py).
+_ERROR_FILE_MESSAGE = r'^\s*"message": "(.*?)",?\s*$'
+
+
 def annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
-    """Exception lines outside a traceback (a logged error, torchrun's summary)."""
+    """Exception lines outside a traceback (a logged error, torchrun's summary, its error-file JSON)."""
     msg = pl.col("msg")
+    inner = msg.str.extract(_ERROR_FILE_MESSAGE, 1).str.replace_all(r"\"", '"', literal=True)
+    df = claim(
+        df,
+        inner.str.contains(EXCEPTION),
+        {
+            "kind": pl.lit("exception"),
+            "source": pl.lit("launcher"),
+            "level": pl.lit("error"),
+            "exc_type": inner.str.extract(EXCEPTION, 1),
+            "msg": inner,
+        },
+    )
     return claim(
         df,
         msg.str.contains(EXCEPTION),
