@@ -10,6 +10,7 @@ Exit status (stable; see README):
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -70,7 +71,9 @@ def _load_rules_or_exit(rules: list[Path] | None) -> None:
 @app.command()
 def analyze(
     paths: PathsArg,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal, json or markdown.")] = "terminal",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="terminal, json, markdown or github (annotations + $GITHUB_STEP_SUMMARY).")
+    ] = "terminal",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file instead of stdout.")] = None,
     rules: RulesOpt = None,
     budget: Annotated[float | None, typer.Option("--budget", help="Stop reading after this many seconds; report on what was read.")] = None,
@@ -85,7 +88,7 @@ def analyze(
 ) -> None:
     """Analyse the logs of one job and print the verdict."""
     from .api import analyze as run
-    from .report.render import FORMATS, render
+    from .report.render import FORMATS, render, step_summary
 
     if fmt not in FORMATS:
         _err(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -93,11 +96,15 @@ def analyze(
     _load_rules_or_exit(rules)
     report = run(paths, rules=rules, budget_s=budget, redact=not no_redact)
     use_color = (sys.stdout.isatty() and output is None) if color is None else color
-    text = render(report, fmt, color=use_color)
+    text = render(report, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
     if output:
         output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if fmt == "github" and summary_file:
+        with open(summary_file, "a", encoding="utf-8") as fh:
+            fh.write(step_summary(report) + "\n")
     for inp in report.inputs:
         for problem in inp.problems:
             _err(f"{inp.file}: {problem}")
