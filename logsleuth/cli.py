@@ -85,6 +85,13 @@ def analyze(
         bool | None, typer.Option("--color/--no-color", help="Colour in the terminal format (default: when stdout is a terminal).")
     ] = None,
     no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep secrets (tokens, passwords) in the report.")] = False,
+    store: Annotated[
+        Path | None,
+        typer.Option("--store", readable=False, help="Append the verdict to this history folder (see `logsleuth history`)."),
+    ] = None,
+    job_id: Annotated[
+        str | None, typer.Option("--job-id", envvar="SLURM_JOB_ID", help="Job id recorded with --store (default: $SLURM_JOB_ID).")
+    ] = None,
 ) -> None:
     """Analyse the logs of one job and print the verdict."""
     from .api import analyze as run
@@ -92,6 +99,9 @@ def analyze(
 
     if fmt not in FORMATS:
         _err(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        raise typer.Exit(EXIT_USAGE)
+    if store is not None and not _writable_folder(store):
+        _err(f"--store {store}: cannot create or write to this folder")
         raise typer.Exit(EXIT_USAGE)
     _load_rules_or_exit(rules)
     report = run(paths, rules=rules, budget_s=budget, redact=not no_redact)
@@ -114,8 +124,24 @@ def analyze(
     if not report.readable:
         _err("no readable input: nothing was analysed")
         raise typer.Exit(EXIT_NO_INPUT)
+    if store is not None:
+        from .history import append
+
+        try:
+            append(store, report, job=job_id)
+        except OSError as exc:
+            _err(f"--store {store}: the verdict was not recorded: {exc.strerror or exc}")
+            raise typer.Exit(EXIT_USAGE) from None
     if fail_on and _fails(report.verdict.cause, report.verdict.category, fail_on):
         raise typer.Exit(EXIT_FAIL_ON)
+
+
+def _writable_folder(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
 
 
 def _fails(cause: str, category: str, spec: str) -> bool:
@@ -290,6 +316,44 @@ def explain(
     if cause.references:
         lines += ["", "References:"] + [f"  {u}" for u in cause.references]
     typer.echo("\n".join(lines))
+
+
+@app.command()
+def history(
+    store: Annotated[Path, typer.Argument(help="The history folder that `analyze --store` and the epilog append to.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal or json.")] = "terminal",
+    since: Annotated[str | None, typer.Option(help="Only verdicts since then: 7d, 12h, or an ISO date.")] = None,
+    by: Annotated[str, typer.Option(help="Period of the timeline: day, week or month.")] = "day",
+    top: Annotated[int, typer.Option(help="Nodes to list.")] = 10,
+    color: Annotated[bool | None, typer.Option("--color/--no-color", help="Colour (default: when stdout is a terminal).")] = None,
+) -> None:
+    """Summarise stored verdicts: the nodes implicated again and again, and causes over time."""
+    import json
+
+    import polars as pl
+
+    from .history import load, parse_since, render_terminal, summarize
+
+    if fmt not in ("terminal", "json") or by not in ("day", "week", "month"):
+        _err("--format is terminal or json; --by is day, week or month")
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        cutoff = parse_since(since) if since else None
+    except ValueError:
+        _err(f"--since {since!r}: use e.g. 7d, 12h, 30m or an ISO date such as 2026-11-01")
+        raise typer.Exit(EXIT_USAGE) from None
+    loaded = load(store)
+    for problem in loaded.problems:
+        _err(problem)
+    table = loaded.table if cutoff is None else loaded.table.filter(pl.col("time") >= cutoff)
+    summary = summarize(table, by=by, top=top)
+    if fmt == "json":
+        typer.echo(json.dumps({"store": str(store), **summary, "problems": loaded.problems}, indent=2))
+    else:
+        use_color = sys.stdout.isatty() if color is None else color
+        sys.stdout.write(render_terminal(summary, store=str(store), color=use_color))
+    if not store.is_dir():
+        raise typer.Exit(EXIT_NO_INPUT)
 
 
 def main() -> None:

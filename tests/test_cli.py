@@ -120,3 +120,16 @@ def test_invalid_user_rules_are_a_usage_error_not_a_traceback(job: Path, tmp_pat
     (tmp_path / "r.toml").write_text("[[rule]\n")
     result = runner.invoke(app, ["analyze", str(job), "--rules", str(tmp_path)])
     assert result.exit_code == EXIT_USAGE and "r.toml" in result.stderr
+
+
+def test_a_store_that_cannot_be_a_folder_is_a_usage_error(job: Path, write) -> None:
+    not_a_folder = write("store", "a file")
+    result = runner.invoke(app, ["analyze", str(job), "--store", str(not_a_folder)])
+    assert result.exit_code == EXIT_USAGE and "--store" in result.stderr and result.stdout == ""
+
+
+def test_history_exit_codes(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["history", str(tmp_path / "missing")]).exit_code == EXIT_NO_INPUT
+    assert runner.invoke(app, ["history", str(tmp_path), "--since", "last tuesday"]).exit_code == EXIT_USAGE
+    assert runner.invoke(app, ["history", str(tmp_path), "--format", "yaml"]).exit_code == EXIT_USAGE
+    assert runner.invoke(app, ["history", str(tmp_path)]).exit_code == 0  # an empty store is not an error
