@@ -1,10 +1,11 @@
 """The `logsleuth` command: a thin typer layer over the library.
 
-Exit status (stable; see README):
+Exit status (stable; see README and docs/ci.md):
   0  the analysis ran (whatever the verdict)
   1  --fail-on matched the verdict
-  2  usage error (bad option, unknown format, invalid rules)
+  2  usage error (bad option, unknown format, invalid rules, a --store that cannot be written)
   3  no readable input: every input was missing, empty, binary or unreadable
+     (`history`: the store folder does not exist)
   4  the analysis itself failed (a logsleuth bug); a report is still printed
 """
 
