@@ -7,6 +7,7 @@ Exit status (stable; see README and docs/ci.md):
   3  no readable input: every input was missing, empty, binary or unreadable
      (`history`: the store folder does not exist)
   4  the analysis itself failed (a logsleuth bug); a report is still printed
+`epilog` exits 0 whenever it could say what it did: a SLURM epilog must not fail.
 """
 
 from __future__ import annotations
@@ -355,6 +356,36 @@ def history(
         sys.stdout.write(render_terminal(summary, store=str(store), color=use_color))
     if not store.is_dir():
         raise typer.Exit(EXIT_NO_INPUT)
+
+
+@app.command()
+def epilog(
+    budget: Annotated[float, typer.Option("--budget", help="Seconds of reading before the analysis reports on what it read.")] = 10.0,
+    report_dir: Annotated[
+        Path | None, typer.Option("--report-dir", readable=False, help="Write the reports here instead of next to the job's output.")
+    ] = None,
+    store: Annotated[
+        Path | None, typer.Option("--store", readable=False, help="Also append the verdict to this history folder (may be write-only).")
+    ] = None,
+    always: Annotated[bool, typer.Option("--always", help="Analyse every job, not only failed ones.")] = False,
+    rules: RulesOpt = None,
+) -> None:
+    """Diagnose the job a SLURM Epilog/EpilogSlurmctld runs for (reads SLURM_JOB_* variables).
+
+    Meant to be called by examples/slurm/epilog.sh, which bounds its time and
+    runs it as the job's user. Prints one line saying what it did.
+    """
+    from .epilog import run as run_epilog
+
+    outcome = run_epilog(
+        os.environ,
+        budget_s=budget,
+        report_dir=str(report_dir) if report_dir else None,
+        store=str(store) if store else None,
+        always=always,
+        rules=[str(r) for r in rules] if rules else None,
+    )
+    typer.echo(outcome.message)
 
 
 def main() -> None:
