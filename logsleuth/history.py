@@ -146,7 +146,7 @@ def summarize(table: pl.DataFrame, *, by: str = "day", top: int = 10) -> dict[st
     nodes = (
         failures.filter(~pl.col("category").is_in(NOT_NODE_FAULTS))
         .select("time", "category", node=pl.col("nodes"))
-        .explode("node")
+        .explode("node", empty_as_null=False)
         .drop_nulls("node")
         .group_by("node", "category")
         .agg(n=pl.len(), first=pl.col("time").min(), last=pl.col("time").max())
@@ -164,7 +164,7 @@ def summarize(table: pl.DataFrame, *, by: str = "day", top: int = 10) -> dict[st
         .agg(
             count=pl.len(),
             last_seen=pl.col("time").max(),
-            nodes=pl.col("nodes").explode().drop_nulls().n_unique(),
+            nodes=pl.col("nodes").explode(empty_as_null=False).drop_nulls().n_unique(),
         )
         .sort(["count", "last_seen", "cause"], descending=[True, True, False])
     )
