@@ -3,7 +3,7 @@
 Exit status (stable; see README and docs/ci.md):
   0  the analysis ran (whatever the verdict)
   1  --fail-on matched the verdict
-  2  usage error (bad option, unknown format, invalid rules, a --store that cannot be written)
+  2  usage error (bad option, unknown format, invalid rules, an --output or --store that cannot be written)
   3  no readable input: every input was missing, empty, binary or unreadable
      (`history`: the store folder does not exist)
   4  the analysis itself failed (a logsleuth bug); a report is still printed
@@ -110,13 +110,20 @@ def analyze(
     use_color = (sys.stdout.isatty() and output is None) if color is None else color
     text = render(report, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
     if output:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _err(f"--output {output}: cannot write the report: {exc.strerror or exc}")
+            raise typer.Exit(EXIT_USAGE) from None
     else:
         sys.stdout.write(text)
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary_file:
-        with open(summary_file, "a", encoding="utf-8") as fh:
-            fh.write(step_summary(report) + "\n")
+        try:
+            with open(summary_file, "a", encoding="utf-8") as fh:
+                fh.write(step_summary(report) + "\n")
+        except OSError as exc:  # the annotations are out; a missing summary must not hide them
+            _err(f"cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {exc.strerror or exc}")
     for inp in report.inputs:
         for problem in inp.problems:
             _err(f"{inp.file}: {problem}")

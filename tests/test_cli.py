@@ -145,6 +145,11 @@ def test_exit_4_when_the_analysis_itself_fails_and_a_report_is_still_printed(job
     assert "internal error" in result.stderr and "ZeroDivisionError" in result.stderr
 
 
+def test_an_output_that_cannot_be_written_is_a_usage_error(job: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(job), "-o", str(tmp_path / "no" / "such" / "report.json")])
+    assert result.exit_code == EXIT_USAGE and "--output" in result.stderr and "Traceback" not in result.output
+
+
 def test_a_store_that_cannot_be_a_folder_is_a_usage_error(job: Path, write) -> None:
     not_a_folder = write("store", "a file")
     result = runner.invoke(app, ["analyze", str(job), "--store", str(not_a_folder)])

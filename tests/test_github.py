@@ -86,3 +86,10 @@ def test_other_formats_leave_the_step_summary_alone(tmp_path: Path, monkeypatch:
 def test_fail_on_fails_the_step_after_annotating(tmp_path: Path) -> None:
     result = runner.invoke(app, ["analyze", str(RAISE_JOB), "--format", "github", "--fail-on", "any"])
     assert result.exit_code == 1 and result.stdout.startswith("::error ")
+
+
+def test_an_unwritable_step_summary_is_reported_and_the_annotations_still_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "no" / "such" / "summary.md"))
+    result = runner.invoke(app, ["analyze", str(RAISE_JOB), "--format", "github"])
+    assert result.exit_code == 0 and result.stdout.startswith("::error ")
+    assert "cannot append to $GITHUB_STEP_SUMMARY" in result.stderr
