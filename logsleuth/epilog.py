@@ -27,11 +27,10 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .api import analyze
-from .history import append
-from .report.model import Report
-from .report.render import markdown
+if TYPE_CHECKING:
+    from .report.model import Report
 
 #: Bytes at the end of each output read to tell a killed job from a clean one.
 SNIFF_BYTES = 64 << 10
@@ -243,6 +242,10 @@ def run(
     failed = job.failed()
     if not always and not failed and not tail_shows_failure(outputs):
         return Outcome(f"{tag}: skipped, exit {job.exit_status()} and no failure at the end of its output")
+    # imported only now: most jobs end well, and deciding that must stay cheap
+    from .api import analyze
+    from .history import append
+
     report = analyze(outputs, rules=rules, budget_s=budget_s)
     v, ff = report.verdict, report.verdict.first_failure
     try:
@@ -260,6 +263,8 @@ def run(
 
 def _write(report: Report, job: Job, stdout: str, report_dir: str | None) -> list[str]:
     """Write report JSON and Markdown, atomically, next to the output or into ``report_dir``."""
+    from .report.render import markdown
+
     if report_dir:
         folder, stem = Path(report_dir), f"slurm-{job.id}"
     else:

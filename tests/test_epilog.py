@@ -176,6 +176,16 @@ def test_a_clean_job_is_skipped_unless_always(tmp_path: Path) -> None:
     assert run(env_for(tmp_path, **ok), always=True).written
 
 
+def test_deciding_to_skip_a_clean_job_loads_no_analysis(tmp_path: Path) -> None:
+    # every job ends through the epilog; for the many that end well it must stay cheap
+    (tmp_path / "slurm-23.out").write_text("0: rank 0 step 1 loss 0.5\n0: done\n")
+    env = env_for(tmp_path, SLURM_JOB_EXIT_CODE="0", SLURM_JOB_EXIT_CODE2="0:0", SLURM_JOB_DERIVED_EC="0")
+    code = "import json, sys\nfrom logsleuth.cli import app\nfrom logsleuth.epilog import run\n"
+    code += "print(run(json.loads(sys.argv[1])).message)\nprint('polars' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(env)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.splitlines() == ["job 23: skipped, exit 0:0 and no failure at the end of its output", "False"], proc.stderr
+
+
 def test_a_time_limit_with_exit_code_0_is_still_analysed(tmp_path: Path) -> None:
     # SLURM 22.05 hands the epilog SLURM_JOB_EXIT_CODE=0 for jobs killed at their time limit
     shutil.copy(next(FIXTURES.glob("slurm-time-limit/*.out")), tmp_path / "slurm-23.out")
