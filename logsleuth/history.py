@@ -104,16 +104,19 @@ def load(store: str | os.PathLike[str]) -> Loaded:
     files = sorted(str(p) for p in folder.glob("*.parquet"))
     if not files:
         return Loaded(pl.DataFrame(schema=SCHEMA))
+    problems: list[str] = []
     try:
-        return Loaded(_conform(pl.read_parquet(files)))
+        table = _conform(pl.scan_parquet(files).collect())
     except Exception:  # one bad file (or an older schema): read them one by one
-        frames, problems = [], []
+        frames = []
         for f in files:
             try:
                 frames.append(_conform(pl.read_parquet(f)))
             except Exception as exc:
                 problems.append(f"{f}: unreadable ({type(exc).__name__}); skipped")
-        return Loaded(pl.concat(frames) if frames else pl.DataFrame(schema=SCHEMA), problems)
+        table = pl.concat(frames) if frames else pl.DataFrame(schema=SCHEMA)
+    # one chunk per file would make every later step crawl (5000 verdicts: 1.2 s to summarise, 8 ms rechunked)
+    return Loaded(table.rechunk(), problems)
 
 
 def _conform(df: pl.DataFrame) -> pl.DataFrame:
