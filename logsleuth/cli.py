@@ -335,12 +335,16 @@ def history(
     by: Annotated[str, typer.Option(help="Period of the timeline: day, week or month.")] = "day",
     top: Annotated[int, typer.Option(help="Nodes to list.")] = 10,
     color: Annotated[bool | None, typer.Option("--color/--no-color", help="Colour (default: when stdout is a terminal).")] = None,
+    compact: Annotated[
+        bool, typer.Option("--compact", help="First merge the store's files into one (safe while others append; e.g. from cron).")
+    ] = False,
 ) -> None:
     """Summarise stored verdicts: the nodes implicated again and again, and causes over time."""
     import json
 
     import polars as pl
 
+    from .history import compact as compact_store
     from .history import load, parse_since, render_terminal, summarize
 
     if fmt not in ("terminal", "json") or by not in ("day", "week", "month"):
@@ -351,6 +355,13 @@ def history(
     except ValueError:
         _err(f"--since {since!r}: use e.g. 7d, 12h, 30m or an ISO date such as 2026-11-01")
         raise typer.Exit(EXIT_USAGE) from None
+    if compact and store.is_dir():
+        try:
+            merged, _ = compact_store(store)
+        except OSError as exc:
+            _err(f"--compact: {store}: {exc.strerror or exc}")
+            raise typer.Exit(EXIT_USAGE) from None
+        _err(f"merged {merged} files of {store} into one")
     loaded = load(store)
     for problem in loaded.problems:
         _err(problem)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from logsleuth import analyze
 from logsleuth.cli import app
-from logsleuth.history import append, load, parse_since, record, summarize
+from logsleuth.history import append, compact, load, parse_since, record, summarize
 from logsleuth.report.model import CandidateOut, FirstFailure, RankOut, Report, Verdict
 
 from .conftest import ROOT
@@ -132,3 +132,38 @@ def test_analyze_store_records_the_slurm_job_id(tmp_path: Path) -> None:
     result = runner.invoke(app, ["analyze", str(RAISE_JOB), "--store", str(store)], env={"SLURM_JOB_ID": "4242"})
     assert result.exit_code == 0
     assert pl.read_parquet(next(store.glob("*.parquet"))).item(0, "job") == "4242"
+
+
+def test_compact_merges_every_file_into_one_and_keeps_every_verdict(tmp_path: Path) -> None:
+    _bad_node_store(tmp_path)
+    before = summarize(load(tmp_path).table)
+    merged, problems = compact(tmp_path)
+    assert (merged, problems) == (79, []) and len(list(tmp_path.glob("*.parquet"))) == 1
+    assert summarize(load(tmp_path).table) == before
+    append(tmp_path, verdict("cuda_oom", "gpu01"), job="later")  # appending goes on as before
+    assert load(tmp_path).table.height == 80
+
+
+def test_a_verdict_seen_twice_while_compacting_counts_once(tmp_path: Path) -> None:
+    first = append(tmp_path, verdict("cuda_oom", "gpu01"), job="1")
+    append(tmp_path, verdict("cuda_oom", "gpu02"), job="2")
+    copy = tmp_path / "x.parquet"
+    copy.write_bytes(first.read_bytes())  # the merged file is in, the source not yet gone
+    assert load(tmp_path).table.get_column("job").sort().to_list() == ["1", "2"]
+
+
+def test_compact_leaves_unreadable_files_alone(tmp_path: Path) -> None:
+    for i in range(3):
+        append(tmp_path, verdict("cuda_oom", "gpu01"), job=str(i))
+    bad = tmp_path / "20261101T000000-broken.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    merged, problems = compact(tmp_path)
+    assert merged == 3 and bad.exists() and "broken.parquet: unreadable" in problems[0]
+    assert load(tmp_path).table.height == 3
+
+
+def test_cli_history_compact(tmp_path: Path) -> None:
+    _bad_node_store(tmp_path)
+    result = runner.invoke(app, ["history", str(tmp_path), "--compact", "--format", "json"])
+    assert result.exit_code == 0 and "merged 79 files" in result.stderr
+    assert json.loads(result.stdout)["nodes"][0]["node"] == "gpu07" and len(list(tmp_path.glob("*.parquet"))) == 1
