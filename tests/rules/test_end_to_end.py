@@ -9,7 +9,7 @@ import pytest
 from logsleuth import analyze
 from logsleuth.taxonomy import NON_CAUSES, TAXONOMY
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "e2e"
+FIXTURES = Path(__file__).resolve().parent / "e2e"
 CASES = sorted(FIXTURES.glob("*.log"))
 
 #: where the excerpt itself says which rank failed first
