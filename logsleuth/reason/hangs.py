@@ -1,0 +1,180 @@
+"""Hangs: which collective stalled, whose watchdog fired, and who never arrived.
+
+When a collective hangs, every rank that entered it times out and says so
+(NCCL watchdog ``WorkNCCL(SeqNum=.., OpType=..)``, Gloo ``Timed out waiting``);
+the rank that never entered it is the cause and is often the quietest one. It
+shows as a rank whose last enqueued collective is older than the one the others
+time out on (``last enqueued NCCL work: 166`` while others hang on 167), as a rank
+that was alive (it printed, or the launcher had to kill it) but reported no
+timeout, or as a rank told by the TCPStore that *another* rank timed out
+(``Received a dump signal ... from rank N``). Ranks stuck on different
+collectives (another SeqNum, another op or size at the same SeqNum) are a
+desync, not a straggler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+_PG = r"\[PG (?:ID )?(\d+)"
+_STATUS = (
+    r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work):? (\d+),? (?:PG status: )?"
+    r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)"
+)
+_DUMP = r"Received a dump signal due to a collective timeout from (this local rank|\s*rank (-?\d+))"
+_DUMP_STATUS = r"Last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?\d+)"
+_FIRST = r"First PG on this rank to signal dumping"
+#: Gloo's own timeout (also inside a traceback's exception line) and monitored_barrier's.
+_GLOO = r"Timed out waiting \d+ms for (?:recv|send) operation|failed to pass monitoredBarrier|timed out in monitoredBarrier"
+
+
+@dataclass
+class Hang:
+    """What the timeout lines say about one stalled collective."""
+
+    pg: str | None
+    seq: int | None
+    op: str | None
+    numel: int | None
+    timeout_ms: int | None
+    timed_out: list[int]  # ranks whose own timeout fired on it
+    hung: list[int]  # ranks that never reached it
+    first_fired: list[int]  # ranks whose watchdog fired first
+    notified: list[int]  # ranks only told by another rank
+    mismatch: str | None  # why this looks like a desync, if it does
+    behind: dict[int, int] = field(default_factory=dict)  # rank -> last collective it enqueued
+    last_seq: dict[int, int] = field(default_factory=dict)  # rank -> last SeqNum it reported
+    eids: list[int] = field(default_factory=list)  # the timeout events, earliest first
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "pg": self.pg,
+            "seq": self.seq,
+            "op": self.op,
+            "numel": self.numel,
+            "timeout_ms": self.timeout_ms,
+            "timed_out": list(self.timed_out),
+            "hung": list(self.hung),
+            "first_fired": list(self.first_fired),
+            "notified": list(self.notified),
+            "mismatch": self.mismatch,
+            "behind": {str(k): v for k, v in sorted(self.behind.items())},
+        }
+
+
+def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int]) -> Hang | None:
+    """Read the timeout lines of ``ev`` (eid, pos, rank, kind, message, seq, op, numel, ...).
+
+    ``alive``: ranks known to have run (they printed, or were killed); ``failing``:
+    ranks with a failure of their own, which are never called hung.
+    """
+    msg = pl.col("message")
+    ranked = ev.filter(pl.col("rank").is_not_null())
+    wd = ranked.filter(pl.col("kind") == "watchdog_timeout").with_columns(msg.str.extract(_PG, 1).fill_null("0").alias("pg"))
+    timeout_hit = (pl.col("category") == "collective_timeout").fill_null(False) if "category" in ev.columns else pl.lit(False)
+    gloo = ranked.filter(
+        (pl.col("kind") != "watchdog_timeout") & ((pl.col("kind") == "gloo_timeout") | msg.str.contains(_GLOO) | timeout_hit)
+    )
+    status = ranked.filter(msg.str.contains(_STATUS)).select(
+        "rank",
+        msg.str.extract(_PG, 1).fill_null("0").alias("pg"),
+        msg.str.extract(_STATUS, 1).cast(pl.Int64).alias("at"),
+        msg.str.extract(_STATUS, 2).cast(pl.Int64).alias("enq"),
+    )
+    dump = ranked.filter(msg.str.contains(_DUMP)).select(
+        "rank",
+        "pos",
+        msg.str.extract(_PG, 1).fill_null("0").alias("pg"),
+        (msg.str.extract(_DUMP, 1) == "this local rank").alias("self"),
+        msg.str.extract(_DUMP, 2).cast(pl.Int64).alias("from"),
+        msg.str.extract(_DUMP_STATUS, 1).cast(pl.Int64).alias("enq"),
+    )
+    if wd.is_empty() and gloo.is_empty() and status.is_empty() and dump.is_empty():
+        return None
+    pg: str | None = None
+    seq: int | None = None
+    op: str | None = None
+    numel: int | None = None
+    timeout: int | None = None
+    mismatch = None
+    if not wd.is_empty() or not status.is_empty():
+        seen = pl.concat([wd.select("pg", pl.col("seq").alias("at"), "rank"), status.select("pg", "at", "rank")]).drop_nulls("at")
+        if not seen.is_empty():
+            top = (
+                seen.group_by("pg", "at").agg(pl.col("rank").n_unique().alias("n")).sort(["n", "pg", "at"], descending=[True, False, False])
+            )
+            pg, seq = top.get_column("pg")[0], int(top.get_column("at")[0])
+            mismatch = _desync(wd.filter(pl.col("pg") == pg), seen.filter(pl.col("pg") == pg), seq)
+    here = wd.filter((pl.col("pg") == pg) & (pl.col("seq") == seq)) if seq is not None else wd
+    if not here.is_empty():
+        op = _mode(here, "op")
+        numel = _int(_mode(here, "numel"))
+        timeout = _int(_mode(here, "timeout_ms"))
+    timed_out = set(here.get_column("rank").to_list()) | set(gloo.get_column("rank").to_list())
+    if seq is not None:
+        timed_out |= set(status.filter((pl.col("pg") == pg) & (pl.col("at") == seq)).get_column("rank").to_list())
+    behind: dict[int, int] = {}
+    if seq is not None:
+        lag = pl.concat([status.select("rank", "pg", "enq"), dump.select("rank", "pg", "enq")]).filter(
+            (pl.col("pg") == pg) & (pl.col("enq") < seq)
+        )
+        for rank, enq in lag.group_by("rank").agg(pl.col("enq").max()).iter_rows():
+            behind[int(rank)] = int(enq)
+    reached = set(dump.filter(pl.col("enq") >= (seq if seq is not None else 0)).get_column("rank").to_list()) if seq is not None else set()
+    quiet = alive - timed_out - failing - reached if timed_out else set()
+    hung = sorted((set(behind) | quiet) - failing - timed_out)
+    fired = set(dump.filter(pl.col("self")).get_column("rank").to_list())
+    fired |= set(ranked.filter(msg.str.contains(_FIRST)).get_column("rank").to_list())
+    fired |= {int(r) for r in dump.get_column("from").drop_nulls().to_list() if r >= 0}
+    notified = sorted(set(dump.filter(~pl.col("self")).get_column("rank").to_list()) - fired)
+    timeouts = pl.concat([here.select("eid", "pos", "rank"), gloo.select("eid", "pos", "rank")]).sort("pos")
+    if not fired and not timeouts.is_empty():
+        fired = {int(timeouts.get_column("rank")[0])}
+    last_seq = {int(r): int(s) for r, s in wd.group_by("rank").agg(pl.col("seq").max()).drop_nulls().iter_rows()}
+    return Hang(
+        pg=pg,
+        seq=seq,
+        op=op,
+        numel=numel,
+        timeout_ms=timeout,
+        timed_out=sorted(timed_out),
+        hung=hung,
+        first_fired=sorted(fired),
+        notified=notified,
+        mismatch=mismatch,
+        behind=behind,
+        last_seq=last_seq,
+        eids=timeouts.get_column("eid").cast(pl.Int64).to_list(),
+    )
+
+
+def _mode(df: pl.DataFrame, col: str) -> str | None:
+    """The most frequent value of a column, as text (None when the column is empty)."""
+    values = df.get_column(col).drop_nulls()
+    return str(values.mode().sort()[0]) if values.len() else None
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None else None
+
+
+def _desync(wd: pl.DataFrame, seen: pl.DataFrame, seq: int) -> str | None:
+    """Why the timed-out ranks disagree on the collective, or None when they agree."""
+    seqs = seen.group_by("at").agg(pl.col("rank").unique().sort()).sort("at")
+    if seqs.height > 1:
+        parts = [f"SeqNum {at} on rank(s) {_short(r)}" for at, r in seqs.iter_rows()]
+        return "ranks time out on different collectives: " + "; ".join(parts)
+    same = wd.filter(pl.col("seq") == seq)
+    for col, what in (("op", "operations"), ("numel", "sizes")):
+        groups = same.drop_nulls(col).group_by(col).agg(pl.col("rank").unique().sort())
+        if groups.height > 1:
+            parts = [f"{v} on rank(s) {_short(r)}" for v, r in groups.sort(col).iter_rows()]
+            return f"ranks run different {what} at SeqNum {seq}: " + "; ".join(parts)
+    return None
+
+
+def _short(ranks: list[int], limit: int = 8) -> str:
+    text = ",".join(str(r) for r in ranks[:limit])
+    return text + (f",… ({len(ranks)})" if len(ranks) > limit else "")

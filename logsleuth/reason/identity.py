@@ -1,0 +1,187 @@
+"""Who wrote each line: global rank, node, local rank and pid, joined across sources.
+
+No single source names everything. NCCL ``Init COMPLETE`` lines map host:pid to a
+global rank; torchrun failure tables map rank to local rank, FQDN host and pid;
+``srun --label`` task ids are global ranks when srun starts one task per rank,
+but node indexes when srun starts one torchrun per node; ``srun: error:
+node[01-02]: tasks 0-7`` maps task ranges to hosts. This module joins them so
+every event that can be attributed is, and builds the rank table the report shows.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from logsleuth.hostlist import HostlistError, expand_hostlist, expand_ranges
+
+#: Kinds that only a launcher agent (torchrun) writes: their srun task is a node, not a rank.
+_AGENT_KINDS = ("child_failed", "agent_worker_failed", "agent_teardown", "agent_signal")
+
+
+def per_node_files(events: pl.DataFrame) -> set[str]:
+    """Files whose srun task labels number torchrun agents (one per node), not ranks.
+
+    Evidence that a task is an agent: its lines carry torchrun's ``[defaultN]:``
+    local ranks or agent messages, or its ``[rankN]:`` prefixes disagree with
+    the task id more often than they agree.
+    """
+    labelled = events.filter(pl.col("task").is_not_null())
+    if labelled.is_empty():
+        return set()
+    stats = labelled.group_by("file").agg(
+        (pl.col("local_rank").is_not_null() | pl.col("kind").is_in(_AGENT_KINDS)).sum().alias("agent"),
+        (pl.col("rank") == pl.col("task")).sum().alias("agree"),
+        (pl.col("rank") != pl.col("task")).sum().alias("disagree"),
+    )
+    return set(stats.filter((pl.col("agent") > 0) | (pl.col("disagree") > pl.col("agree"))).get_column("file").to_list())
+
+
+def srun_task_nodes(events: pl.DataFrame) -> pl.DataFrame:
+    """(file, task, node) from ``srun: error: <hostlist>: tasks <ranges>`` lines.
+
+    When a hostlist names several nodes and the tasks cannot be split among
+    them, no mapping is made (srun's block distribution is not guaranteed).
+    """
+    rows: list[tuple[str, int, str]] = []
+    exits = events.filter((pl.col("kind") == "srun_exit") & pl.col("tasks").is_not_null() & pl.col("node").is_not_null())
+    for file, hosts, tasks in exits.select("file", "node", "tasks").unique().iter_rows():  # one per srun exit line: few
+        try:
+            nodes, ids = expand_hostlist(hosts), expand_ranges(tasks)
+        except HostlistError:
+            continue
+        if len(nodes) == 1:
+            rows.extend((file, t, nodes[0]) for t in ids)
+        elif len(ids) % len(nodes) == 0:  # srun's default block distribution, tasks split evenly
+            per = len(ids) // len(nodes)
+            rows.extend((file, t, nodes[i // per]) for i, t in enumerate(ids))
+    return pl.DataFrame(rows, schema={"file": pl.String(), "task": pl.Int32(), "node": pl.String()}, orient="row").unique(
+        ["file", "task"], keep="first"
+    )
+
+
+def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``rank``, ``node`` and ``local_rank`` where other lines of the same job tell them.
+
+    Order matters: srun labels first (they decide what a task id means), then
+    nodes of single-node files, then (node, pid) and (node, local rank) joins,
+    then rank -> node; a job with one node gives that node to every event.
+    """
+    if events.is_empty():
+        return events
+    df = events
+    agents = per_node_files(df)
+    per_rank = pl.col("task").is_not_null() & ~pl.col("file").is_in(list(agents))
+    df = df.with_columns(pl.when(per_rank).then(pl.coalesce("rank", "task")).otherwise(pl.col("rank")).alias("rank"))
+    # srun exit lines that name one task name one rank (in per-rank files)
+    single = pl.col("tasks").str.contains(r"^\d+$").fill_null(False) & (pl.col("kind") == "srun_exit") & ~pl.col("file").is_in(list(agents))
+    df = df.with_columns(
+        pl.when(single).then(pl.coalesce("rank", pl.col("tasks").cast(pl.Int32, strict=False))).otherwise("rank").alias("rank")
+    )
+    df = _task_nodes(df, agents)
+    df = _file_nodes(df)
+    df = _join(df, ["node", "pid"], "rank")
+    df = _join(df, ["node", "local_rank"], "rank")
+    df = _join(df, ["rank"], "node")
+    df = _join(df, ["rank"], "local_rank")
+    df = _join_unique_pid(df)
+    nodes = df.get_column("node").drop_nulls().unique()
+    if nodes.len() == 1:
+        df = df.with_columns(pl.col("node").fill_null(nodes[0]))
+    return df
+
+
+def _task_nodes(df: pl.DataFrame, agents: set[str]) -> pl.DataFrame:
+    """Give task-labelled lines the node of their task (from srun exit lines, or the task's own lines)."""
+    known = srun_task_nodes(df)
+    per_task = (
+        df.filter(pl.col("task").is_not_null() & pl.col("node").is_not_null() & (pl.col("kind") != "srun_exit"))
+        .group_by("file", "task")
+        .agg(pl.col("node").mode().first().alias("node"))
+    )
+    # per-node files: the agent's own lines (NCCL, failure tables) name its node
+    mapping = pl.concat([known, per_task.filter(pl.col("file").is_in(list(agents))).select(known.columns)]).unique(
+        ["file", "task"], keep="first"
+    )
+    if mapping.is_empty():
+        return df
+    df = (
+        df.join(mapping.rename({"node": "_tnode"}), on=["file", "task"], how="left")
+        .with_columns(pl.when(pl.col("kind") == "srun_exit").then("node").otherwise(pl.coalesce("node", "_tnode")).alias("node"))
+        .drop("_tnode")
+    )
+    # per-rank files: task = rank, so the srun mapping also maps ranks to nodes
+    ranks = known.filter(~pl.col("file").is_in(list(agents))).select(pl.col("task").alias("rank"), pl.col("node").alias("_rnode"))
+    if ranks.is_empty():
+        return df
+    ranks = ranks.unique("rank", keep="first")
+    multi = pl.col("node").str.contains(r"[\[,]").fill_null(False)
+    return (
+        df.join(ranks, on="rank", how="left")
+        .with_columns(pl.when(pl.col("node").is_null() | multi).then(pl.coalesce("_rnode", "node")).otherwise("node").alias("node"))
+        .drop("_rnode")
+    )
+
+
+def _file_nodes(df: pl.DataFrame) -> pl.DataFrame:
+    """A file without srun labels whose lines name exactly one node is that node's output."""
+    named = (
+        df.filter(pl.col("node").is_not_null() & ~pl.col("node").str.contains(r"[\[,]"))
+        .group_by("file")
+        .agg(
+            pl.col("node").n_unique().alias("_n"), pl.col("node").first().alias("_fnode"), pl.col("task").is_not_null().any().alias("_lab")
+        )
+    )
+    unlabelled = df.group_by("file").agg(pl.col("task").is_not_null().any().alias("_anylab"))
+    single = named.join(unlabelled, on="file").filter((pl.col("_n") == 1) & ~pl.col("_anylab")).select("file", "_fnode")
+    if single.is_empty():
+        return df
+    return df.join(single, on="file", how="left").with_columns(pl.coalesce("node", "_fnode").alias("node")).drop("_fnode")
+
+
+def _join(df: pl.DataFrame, keys: list[str], target: str) -> pl.DataFrame:
+    """Fill ``target`` from rows that have ``keys`` and ``target``: the most frequent value per key."""
+    have = pl.all_horizontal(pl.col(k).is_not_null() for k in keys) & pl.col(target).is_not_null()
+    if target == "node":
+        have = have & ~pl.col("node").str.contains(r"[\[,]")  # a host list is not one node
+    table = df.filter(have).group_by(keys).agg(pl.col(target).mode().sort().first().alias("_fill"))
+    if table.is_empty():
+        return df
+    return df.join(table, on=keys, how="left").with_columns(pl.coalesce(target, "_fill").alias(target)).drop("_fill")
+
+
+def _join_unique_pid(df: pl.DataFrame) -> pl.DataFrame:
+    """A pid that belongs to exactly one rank names that rank even where the node is unknown."""
+    table = (
+        df.filter(pl.col("pid").is_not_null() & pl.col("rank").is_not_null())
+        .group_by("pid")
+        .agg(pl.col("rank").unique().alias("_r"))
+        .filter(pl.col("_r").list.len() == 1)
+        .select("pid", pl.col("_r").list.first().alias("_prank"))
+    )
+    if table.is_empty():
+        return df
+    return df.join(table, on="pid", how="left").with_columns(pl.coalesce("rank", "_prank").alias("rank")).drop("_prank")
+
+
+def rank_table(events: pl.DataFrame, world: int | None = None) -> pl.DataFrame:
+    """One row per known rank: rank, node, local_rank, pid, task (the identity map).
+
+    ``world`` adds ranks 0..world-1 that printed nothing attributable, so a
+    silent rank still shows in the table.
+    """
+    schema = {"rank": pl.Int32(), "node": pl.String(), "local_rank": pl.Int32(), "pid": pl.Int64()}
+    ranked = events.filter(pl.col("rank").is_not_null() & (pl.col("rank") >= 0))
+    table = (
+        ranked.group_by("rank")
+        .agg(
+            pl.col("node").filter(~pl.col("node").str.contains(r"[\[,]")).drop_nulls().mode().sort().first().alias("node"),
+            pl.col("local_rank").drop_nulls().mode().sort().first().alias("local_rank"),
+            pl.col("pid").drop_nulls().mode().sort().first().alias("pid"),
+        )
+        .select(list(schema))
+        .cast(schema)  # type: ignore[arg-type]
+    )
+    if world:
+        every = pl.DataFrame({"rank": pl.int_range(0, world, eager=True).cast(pl.Int32)})
+        table = every.join(table, on="rank", how="full", coalesce=True)
+    return table.sort("rank")

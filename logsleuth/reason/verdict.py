@@ -1,0 +1,623 @@
+"""Across ranks: who failed first, who only suffered, and what the cause is.
+
+Each event keeps its strongest rule hit. A hit's role says how to read it:
+``primary`` (a root cause in itself: an exception in user code, an OOM kill, a
+time limit), ``consequence`` (what victims print: peer closed the connection,
+watchdog timeouts, SIGTERM from the launcher) or ``context`` (supports a
+verdict, never makes one).
+
+Rules see one line at a time; the cascade needs the whole job. So before
+ranking, exit records are read in the light of their rank's other lines: a
+worker the launcher killed while tearing the job down (``Sending process N
+closing signal SIGTERM``, exit -15, ``srun: ... Terminated`` after another
+task failed) is a victim; an exit whose rank printed its own error is only a
+summary of that error (SIGABRT after a watchdog timeout is the watchdog's
+abort). What is left is each rank's own failure. The verdict is the earliest
+strong primary failure; then a failure no rule explains (the rank is named,
+the cause is unknown); then, when only victims' symptoms are in the logs, the
+rank that never reached the stalled collective; and a node whose software or
+network disagrees with the others explains symptoms that name no culprit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import polars as pl
+
+from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
+from logsleuth.rulebook import RuleSet
+
+from . import consistency, hangs, timeline
+from .identity import per_node_files, rank_table
+
+#: Kinds of event that show a process or job failed (used to tell `unknown` from `none`).
+FAILURE_KINDS = (
+    "traceback",
+    "cpp_terminate",
+    "cpp_what",
+    "watchdog_timeout",
+    "gloo_timeout",
+    "child_failed",
+    "agent_worker_failed",
+    "srun_exit",
+    "slurm_cancel",
+    "slurm_oom",
+    "slurm_failed",
+    "slurm_memory_error",
+    "slurm_node_failure",
+)
+#: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
+EXIT_KINDS = ("child_failed", "agent_worker_failed", "srun_exit")
+#: What a rank says about its own failure (its exit record then only summarises it).
+DETAIL_KINDS = ("traceback", "cpp_terminate", "cpp_what", "exception", "watchdog_timeout", "gloo_timeout", "nccl_warn")
+#: Signals launchers send to stop the survivors.
+TEARDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+#: Exceptions that launchers raise about their children, never a cause in themselves.
+LAUNCHER_EXCEPTIONS = r"(?:ChildFailedError|SignalException|CalledProcessError|ProcessExitedException|ProcessRaisedException)$"
+#: Primary hits at least this strong compete on time: the earliest is the root cause.
+#: A hit's weight says how sure its line is of its cause, not which cause comes first.
+STRONG = 0.5
+EVIDENCE_LIMIT = 6
+#: Verdict categories that describe what victims saw; a disagreement between
+#: nodes explains them better (per finding cause).
+SYMPTOMS: dict[str, frozenset[str]] = {
+    "version_mismatch": frozenset(
+        {
+            "peer_failure",
+            "collective_timeout",
+            "collective_mismatch",
+            "unknown",
+            "crash_signal",
+            "import_error",
+            "cuda_error",
+            "rendezvous_timeout",
+        }
+    ),
+    "nccl_wrong_interface": frozenset({"peer_failure", "collective_timeout", "unknown", "master_unreachable", "rendezvous_timeout"}),
+    "env_misconfigured": frozenset({"peer_failure", "collective_timeout", "unknown", "rendezvous_timeout"}),
+}
+#: A stalled collective with a SeqNum above this shows the job had been running:
+#: set-up problems (versions, interfaces) are then unlikely to be the cause.
+PROGRESS_SEQ = 2
+
+
+@dataclass
+class Candidate:
+    """A cause with the events that support it, best first."""
+
+    cause: str
+    category: str
+    role: str
+    weight: float
+    confidence: float
+    eids: list[int]
+    rules: list[str]
+    ranks: list[int] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    summary: str | None = None  # a sentence the reasoner wrote (hangs, disagreements)
+    first: dict[str, object] | None = None  # first failure, when not its first event's
+
+
+@dataclass
+class RankState:
+    """One rank's part in the failure."""
+
+    rank: int
+    node: str | None
+    status: str  # culprit | failed | hung | victim | finished | unknown
+    evidence: tuple[str, int] | None = None  # file, line
+    local_rank: int | None = None
+    pid: int | None = None
+    time: str | None = None
+    kind: str | None = None
+    cause: str | None = None
+    note: str | None = None  # why this status, in a few words
+    seq: int | None = None  # last collective SeqNum the rank reported
+    last: tuple[str, int, str] | None = None  # the last line it printed: file, line, text
+
+
+@dataclass
+class Suspect:
+    """A node the evidence points at, and why."""
+
+    node: str
+    reasons: list[str]
+    causes: list[str]
+    ranks: list[int]
+    eids: list[int]
+
+
+@dataclass
+class Reasoning:
+    """What the reasoner concluded; the report is rendered from this and the events."""
+
+    candidates: list[Candidate]
+    failed: bool
+    first_eid: int | None
+    first_failure: dict[str, object]
+    ranks: list[RankState]
+    notes: list[str]
+    hang: hangs.Hang | None = None
+    suspects: list[Suspect] = field(default_factory=list)
+    findings: list[consistency.Finding] = field(default_factory=list)
+    ordering: str = "line-order"
+    ordering_note: str = ""
+    offsets: dict[str, float] = field(default_factory=dict)
+
+
+def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
+    """Rank the causes, find the first failure and every rank's part; never raises on empty input."""
+    notes: list[str] = []
+    ev = events.with_row_index("eid")
+    best = _best_hits(hits)
+    is_failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
+    focus = ev.join(best, on="eid", how="left").filter(is_failure | (pl.col("hit_role").is_not_null() & (pl.col("hit_role") != "context")))
+    tl = timeline.build(events, focus.get_column("eid"))
+    ev = ev.join(tl.order, on="eid", how="left").join(best, on="eid", how="left")
+    ev = _read_exits(ev, events)
+    failed = bool(events.filter(is_failure).height) or bool(best.filter(pl.col("hit_role") != "context").height)
+
+    own = ev.filter(pl.col("own"))
+    failing = set(own.get_column("rank").drop_nulls().to_list())
+    alive = set(ev.get_column("rank").drop_nulls().to_list())
+    hang = hangs.analyze(ev, alive, failing) if failed else None
+    findings = consistency.check(events)
+
+    candidates = _candidates(ev, rules)
+    lead = _lead(candidates, ev, hang, rules, notes)
+    if lead is not None:
+        # a hang candidate absorbs the rule candidate of the same cause it was built from
+        candidates = [lead] + [c for c in candidates if c is not lead and not (lead.role == "hang" and c.cause == lead.cause)]
+    candidates = _with_findings(candidates, findings, hang, ev, rules)
+    if candidates:
+        _confidence(candidates)
+    elif failed:
+        notes.append("the job failed, but no rule recognises the failure")
+    first_eid = candidates[0].eids[0] if candidates and candidates[0].eids else None
+    first = _first_failure(ev, candidates[0] if candidates else None)
+    ranks = _rank_states(ev, events, first, hang, failed, candidates[0].role if candidates else None)
+    if failed and tl.ordering != "timestamps" and events.get_column("file").n_unique() > 1:
+        notes.append(f"ordering across files: {tl.note}")
+    return Reasoning(
+        candidates=candidates,
+        failed=failed,
+        first_eid=first_eid,
+        first_failure=first,
+        ranks=ranks,
+        notes=notes,
+        hang=hang,
+        suspects=_suspects(candidates, findings, ranks, hang, first),
+        findings=findings,
+        ordering=tl.ordering,
+        ordering_note=tl.note,
+        offsets=tl.offsets,
+    )
+
+
+def _best_hits(hits: pl.DataFrame) -> pl.DataFrame:
+    """Per event, its strongest hit (ties: primary before consequence before context)."""
+    role_rank = pl.col("role").replace_strict({"primary": 0, "consequence": 1, "context": 2}, return_dtype=pl.Int8)
+    return (
+        hits.sort(["eid", "weight", role_rank], descending=[False, True, False])
+        .group_by("eid", maintain_order=True)
+        .first()
+        .select("eid", "rule", "cause", "category", pl.col("role").alias("hit_role"), "weight")
+    )
+
+
+def _exit_ranks(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """eid -> the ranks an exit record covers (srun task ranges expand; one loop per srun line: few)."""
+    agents = per_node_files(events)
+    rows: list[tuple[int, int]] = []
+    srun = ev.filter((pl.col("kind") == "srun_exit") & pl.col("tasks").is_not_null() & ~pl.col("file").is_in(list(agents)))
+    for eid, tasks in srun.select("eid", "tasks").iter_rows():
+        try:
+            rows.extend((eid, t) for t in expand_ranges(tasks))
+        except HostlistError:
+            continue
+    single = ev.filter(pl.col("kind").is_in(EXIT_KINDS) & pl.col("rank").is_not_null() & (pl.col("kind") != "srun_exit")).select(
+        "eid", pl.col("rank").cast(pl.Int64)
+    )
+    listed = pl.DataFrame(rows, schema={"eid": pl.UInt32(), "rank": pl.Int64()}, orient="row")
+    return pl.concat([single.cast({"eid": pl.UInt32}), listed])
+
+
+def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """Set each event's final ``role``, ``why`` it was reread, and whether it is its rank's ``own`` failure."""
+    is_exit = pl.col("kind").is_in(EXIT_KINDS)
+    teardown = ev.filter((pl.col("kind") == "agent_teardown") & pl.col("pid").is_not_null()).select(
+        pl.col("file"), pl.col("task").fill_null(-1).alias("_task"), "pid", pl.lit(True).alias("_closed")
+    )
+    ev = (
+        ev.with_columns(pl.col("task").fill_null(-1).alias("_task"))
+        .join(teardown.unique(), on=["file", "_task", "pid"], how="left")
+        .drop("_task")
+        .with_columns(pl.col("_closed").fill_null(False))
+    )
+    # srun reports the first task to die first; later SIGKILL/SIGTERM exits are its teardown
+    first_srun = ev.filter(pl.col("kind") == "srun_exit").group_by("file").agg(pl.col("line").min().alias("_first_srun"))
+    cancelled = ev.filter(pl.col("kind") == "slurm_cancel").height > 0
+    ev = ev.join(first_srun, on="file", how="left")
+    signalled = pl.col("signal").is_in(["SIGKILL", "SIGTERM"]).fill_null(False)
+    torn = (
+        is_exit & (pl.col("signal").is_in(TEARDOWN_SIGNALS).fill_null(False) | pl.col("_closed"))
+        | ((pl.col("kind") == "srun_exit") & signalled & ((pl.col("line") > pl.col("_first_srun")) | pl.lit(cancelled)))
+        | ((pl.col("kind") == "traceback") & pl.col("exc_type").str.contains(r"SignalException$").fill_null(False))
+    )
+    launcher = (pl.col("kind") == "traceback") & pl.col("exc_type").str.contains(LAUNCHER_EXCEPTIONS).fill_null(False)
+    ev = ev.with_columns(torn.fill_null(False).alias("_torn"), launcher.alias("_launcher"))
+
+    # what each rank said itself (not counting exit records)
+    said = ev.filter(~is_exit & pl.col("rank").is_not_null() & ~pl.col("_launcher") & ~pl.col("_torn")).group_by("rank")
+    per_rank = said.agg(
+        (pl.col("kind").is_in(DETAIL_KINDS) | pl.col("hit_role").is_in(["primary", "consequence"])).any().alias("_detail"),
+        (pl.col("hit_role") == "consequence").any().alias("_conseq"),
+        (pl.col("hit_role") == "primary").any().alias("_primary"),
+    )
+    covered = _exit_ranks(ev, events).join(per_rank.cast({"rank": pl.Int64}), on="rank", how="left")
+    per_exit = covered.group_by("eid").agg(
+        pl.col("_detail").fill_null(False).all().alias("_x_detail"),
+        (pl.col("_conseq").fill_null(False) & ~pl.col("_primary").fill_null(False)).all().alias("_x_conseq"),
+    )
+    ev = ev.join(per_exit, on="eid", how="left").join(per_rank, on="rank", how="left")
+    summary = is_exit & pl.col("_x_detail").fill_null(False)
+    after_peer = is_exit & pl.col("_x_conseq").fill_null(False)
+    why = (
+        pl.when(pl.col("_torn"))
+        .then(pl.lit("stopped by the launcher"))
+        .when(pl.col("_launcher"))
+        .then(pl.lit("the launcher's report"))
+        .when(summary & ~after_peer)
+        .then(pl.lit("exit after its own error"))
+        .when(after_peer)
+        .then(pl.lit("exit after a peer failed"))
+    )
+    role = (
+        pl.when(pl.col("_torn") | after_peer)
+        .then(pl.lit("consequence"))
+        .when(pl.col("_launcher") | summary)
+        .then(pl.lit(None, dtype=pl.String))
+        .otherwise(pl.col("hit_role"))
+    )
+    ev = ev.with_columns(why.alias("why"), role.alias("role"))
+    failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
+    quiet_rank = ~pl.col("_conseq").fill_null(False) & ~pl.col("_primary").fill_null(False)
+    unexplained = failure & pl.col("role").is_null() & pl.col("why").is_null() & quiet_rank
+    return ev.with_columns(
+        unexplained.alias("unexplained"),
+        ((pl.col("role") == "primary").fill_null(False) | unexplained).alias("own"),
+    ).drop("_closed", "_first_srun", "_x_detail", "_x_conseq", "_detail", "_conseq", "_primary")
+
+
+def _candidates(ev: pl.DataFrame, rules: RuleSet) -> list[Candidate]:
+    """One candidate per cause from the events a rule gave a primary or consequence role.
+
+    Exit records the reasoner reread (teardown, summaries) only decide a rank's
+    status; their rule's cause was about the line, not the job.
+    """
+    rows = ev.filter(pl.col("role").is_in(["primary", "consequence"]) & pl.col("why").is_null() & pl.col("cause").is_not_null()).sort("pos")
+    out: list[Candidate] = []
+    for (cause,), group in rows.group_by(["cause"], maintain_order=True):  # one per cause: few
+        role = "primary" if (group.get_column("role") == "primary").any() else "consequence"
+        main = group.filter(pl.col("role") == role)
+        out.append(
+            Candidate(
+                cause=str(cause),
+                category=rules.category(str(cause)),
+                role=role,
+                weight=float(main.get_column("weight").max()),  # type: ignore[arg-type]
+                confidence=0.0,
+                eids=[int(e) for e in main.get_column("eid").to_list()]
+                + [int(e) for e in group.filter(pl.col("role") != role).get_column("eid").to_list()],
+                rules=sorted(set(group.get_column("rule").drop_nulls().to_list())),
+                ranks=sorted({int(r) for r in group.get_column("rank").drop_nulls().to_list()}),
+                nodes=sorted(set(group.get_column("node").drop_nulls().to_list())),
+            )
+        )
+    pos = dict(ev.select(pl.col("eid").cast(pl.Int64), "pos").iter_rows()) if out else {}
+    primaries = [c for c in out if c.role == "primary"]
+    consequences = [c for c in out if c.role != "primary"]
+    strong = sorted((c for c in primaries if c.weight >= STRONG), key=lambda c: pos.get(c.eids[0], 0))
+    weak = sorted((c for c in primaries if c.weight < STRONG), key=lambda c: -c.weight)
+    conseq = sorted(consequences, key=lambda c: (-c.weight, pos.get(c.eids[0], 0)))
+    return strong + weak + conseq
+
+
+def _lead(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang | None, rules: RuleSet, notes: list[str]) -> Candidate | None:
+    """The verdict before disagreements between nodes are weighed."""
+    strong = [c for c in cands if c.role == "primary" and c.weight >= STRONG]
+    if strong:
+        return strong[0]
+    unexplained = ev.filter(pl.col("unexplained")).sort("pos")
+    weak = [c for c in cands if c.role == "primary"]
+    if not unexplained.is_empty():
+        first = unexplained.row(0, named=True)
+        weak_first = min(weak, key=lambda c: _pos(ev, c.eids[0])) if weak else None
+        if weak_first is None or _pos(ev, weak_first.eids[0]) > first["pos"]:
+            notes.append("no rule explains the first failure; it is shown with its rank and lines")
+            return Candidate(
+                cause="unknown",
+                category="unknown",
+                role="primary",
+                weight=0.5,
+                confidence=0.0,
+                eids=[int(e) for e in unexplained.get_column("eid").to_list()],
+                rules=[],
+                ranks=sorted({int(r) for r in unexplained.get_column("rank").drop_nulls().to_list()}),
+                nodes=sorted(set(unexplained.get_column("node").drop_nulls().to_list())),
+            )
+        return weak_first
+    if weak:
+        return weak[0]
+    if hang is not None and (hang.hung or hang.mismatch):
+        return _hang_candidate(cands, ev, hang, rules)
+    return cands[0] if cands else None
+
+
+def _pos(ev: pl.DataFrame, eid: int) -> int:
+    got = ev.filter(pl.col("eid") == eid).get_column("pos")
+    return int(got[0]) if got.len() else 0
+
+
+def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, rules: RuleSet) -> Candidate:
+    """collective_timeout naming the ranks that never arrived, or collective_mismatch for a desync."""
+    cause = "collective_mismatch" if hang.mismatch and not hang.hung else "collective_timeout"
+    base = next((c for c in cands if c.cause == cause or c.category == cause), None)
+    hung_rows = ev.filter(pl.col("rank").is_in(hang.hung)).sort("pos")
+    # the hung rank's own lines: the last it printed (its exit record, a dump notice) come first
+    hung_eids = hung_rows.group_by("rank", maintain_order=True).agg(pl.col("eid").last()).get_column("eid").head(2).to_list()
+    eids = [int(e) for e in hung_eids] + [e for e in hang.eids if e not in hung_eids]
+    if base is not None:
+        eids += [e for e in base.eids if e not in eids]
+    where = ev.filter(pl.col("rank").is_in(hang.hung)).get_column("node").drop_nulls().unique().sort().to_list()
+    what = f"{hang.op} (SeqNum {hang.seq})" if hang.op and hang.seq is not None else "a collective"
+    if hang.hung:
+        ranks_text = _rank_list(hang.hung)
+        summary = (
+            f"{what} timed out on {len(hang.timed_out)} rank(s) because rank {ranks_text}"
+            f"{' (' + ', '.join(where) + ')' if where else ''} never reached it"
+        )
+        if hang.behind:
+            lag = sorted(set(hang.behind.values()))
+            summary += f": its last enqueued collective is SeqNum {', '.join(str(v) for v in lag)}"
+        if hang.mismatch:
+            summary += f"; the ranks also disagree on the collective ({hang.mismatch})"
+        first_rank: int | None = hang.hung[0]
+    else:
+        summary = f"ranks issued different collectives: {hang.mismatch}"
+        first_rank = _minority_rank(ev, hang)
+    summary = summary[0].upper() + summary[1:]
+    row = ev.filter(pl.col("rank") == first_rank).sort("pos").tail(1) if first_rank is not None else ev.clear()
+    when = _own_time(ev, hang.eids[0]) if hang.eids else None
+    first = {"rank": first_rank, "node": row.get_column("node")[0] if row.height else None, "time": when}
+    return Candidate(
+        cause=base.cause if base is not None else cause,
+        category=rules.category(base.cause if base is not None else cause),
+        role="hang",
+        weight=max(0.75, base.weight if base is not None else 0.0),
+        confidence=0.0,
+        eids=eids,
+        rules=base.rules if base is not None else [],
+        ranks=sorted(set(hang.hung) | set(hang.timed_out)),
+        nodes=where,
+        summary=summary,
+        first=first,
+    )
+
+
+def _minority_rank(ev: pl.DataFrame, hang: hangs.Hang) -> int | None:
+    """In a desync, the rank whose last SeqNum differs from most ranks'."""
+    if not hang.last_seq:
+        return None
+    seqs = pl.DataFrame({"rank": list(hang.last_seq), "seq": list(hang.last_seq.values())})
+    common = seqs.get_column("seq").mode().sort()[0]
+    odd = seqs.filter(pl.col("seq") != common).sort("rank")
+    return int(odd.get_column("rank")[0]) if odd.height else None
+
+
+def _with_findings(
+    cands: list[Candidate], findings: list[consistency.Finding], hang: hangs.Hang | None, ev: pl.DataFrame, rules: RuleSet
+) -> list[Candidate]:
+    """Add disagreements between nodes as candidates; one leads when it explains a symptom-only verdict."""
+    if not findings:
+        return cands
+    lead = cands[0] if cands else None
+    progressed = hang is not None and hang.seq is not None and hang.seq > PROGRESS_SEQ
+    named_culprit = lead is not None and lead.role == "hang" and bool(hang and hang.hung)
+    failed = bool(ev.filter(pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])).height) or lead is not None
+    extra: list[Candidate] = []
+    promoted: Candidate | None = None
+    for f in sorted(findings, key=lambda f: (-f.corroborated, -f.weight)):
+        cand = _finding_candidate(f, ev, rules)
+        explains = lead is None or lead.category in SYMPTOMS.get(f.cause, frozenset())
+        strong = f.corroborated or (f.weight >= 0.7 and not progressed and not named_culprit)
+        if failed and promoted is None and explains and strong:
+            promoted = cand
+        elif f.weight >= 0.6:  # weaker findings stay suspect nodes, not candidates
+            extra.append(cand)
+    if not failed:
+        return cands
+    head = [promoted] if promoted else []
+    return head + cands + extra
+
+
+def _finding_candidate(f: consistency.Finding, ev: pl.DataFrame, rules: RuleSet) -> Candidate:
+    """A disagreement as a candidate; its first failure is the first failing rank on the odd node."""
+    on_node = ev.filter(pl.col("node").is_in(f.nodes) & pl.col("rank").is_not_null())
+    failing = on_node.filter(pl.col("own") | pl.col("role").is_in(["primary", "consequence"])).sort("pos")
+    if failing.height:
+        row = failing.row(0, named=True)
+        rank, node, when = row["rank"], row["node"], _own_time(ev, int(row["eid"]))
+    else:
+        rank = f.ranks[0] if f.ranks else None
+        node, when = (f.nodes[0] if f.nodes else None), None
+    return Candidate(
+        cause=f.cause,
+        category=rules.category(f.cause),
+        role="consistency",
+        weight=f.weight,
+        confidence=0.0,
+        eids=list(f.eids),
+        rules=[],
+        ranks=list(f.ranks),
+        nodes=list(f.nodes),
+        summary=f.summary,
+        first={"rank": rank, "node": node, "time": when},
+    )
+
+
+def _confidence(cands: list[Candidate]) -> None:
+    """Confidence: the lead's weight, less when a rival of another category is as strong."""
+    lead = cands[0]
+    rivals = [c for c in cands[1:] if c.category != lead.category and c.role == lead.role]
+    for i, c in enumerate(cands):
+        margin = 1.0
+        if i == 0 and rivals:
+            margin = 0.85 if rivals[0].weight >= lead.weight else 0.93
+        penalty = 0.8 if c.role == "consequence" else 1.0
+        c.confidence = round(max(0.05, min(0.99, c.weight * margin * penalty * (1.0 if i == 0 else 0.6))), 3)
+
+
+def _own_time(ev: pl.DataFrame, eid: int) -> str | None:
+    """An event's own timestamp, or its rank's torchrun failure time (to the second)."""
+    row = ev.filter(pl.col("eid") == eid)
+    if row.is_empty():
+        return None
+    when: datetime | None = row.get_column("time")[0]
+    rank = row.get_column("rank")[0]
+    if when is None and rank is not None:
+        stamped = ev.filter((pl.col("rank") == rank) & (pl.col("kind") == "child_failed") & pl.col("time").is_not_null())
+        if stamped.height:
+            when = stamped.get_column("time").min()  # type: ignore[assignment]
+    return when.isoformat() if when is not None else None
+
+
+def _first_failure(ev: pl.DataFrame, lead: Candidate | None) -> dict[str, object]:
+    """Rank, node and time of the lead's first event (a rank-less first event borrows the next ranked one's rank)."""
+    if lead is None:
+        return {"rank": None, "node": None, "time": None}
+    if lead.first is not None:
+        return dict(lead.first)
+    rows = ev.filter(pl.col("eid").is_in(lead.eids)).sort("pos")
+    if rows.is_empty():
+        return {"rank": None, "node": None, "time": None}
+    head = rows.row(0, named=True)
+    ranked = rows.filter(pl.col("rank").is_not_null())
+    rank = head["rank"] if head["rank"] is not None else (ranked.get_column("rank")[0] if ranked.height else None)
+    node = head["node"]
+    if (node is None or "[" in node or "," in node) and rank is not None:
+        node = ev.filter((pl.col("rank") == rank) & pl.col("node").is_not_null()).get_column("node").mode().sort().first()
+    return {"rank": rank, "node": node, "time": _own_time(ev, int(head["eid"]))}
+
+
+def _rank_list(ranks: list[int]) -> str:
+    return collect_ranges(ranks) if len(ranks) > 1 else str(ranks[0])
+
+
+def _rank_states(
+    ev: pl.DataFrame, events: pl.DataFrame, first: dict[str, object], hang: hangs.Hang | None, failed: bool, lead_role: str | None
+) -> list[RankState]:
+    """Per rank: the culprit, others that failed on their own, hung ranks, victims, and the rest.
+
+    A verdict made of victims' symptoms only (peer_failure) names no culprit:
+    the rank that failed first there is the first victim.
+    """
+    world = ev.filter(pl.col("kind") == "nccl_init").get_column("nranks").drop_nulls().mode().sort()
+    table = rank_table(events, int(world[0]) if world.len() and world[0] <= 65536 else None)
+    if table.is_empty():
+        return []
+    ranked = ev.filter(pl.col("rank").is_not_null()).sort("pos")
+    own = ranked.filter(pl.col("own")).group_by("rank", maintain_order=True).first()
+    victim = ranked.filter(pl.col("role") == "consequence").group_by("rank", maintain_order=True).first()
+    last = ranked.sort("pos").group_by("rank", maintain_order=True).last()
+    cfe_nodes = set(ev.filter(pl.col("kind") == "child_failed").get_column("node").drop_nulls().to_list())
+    closed = set(ev.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().to_list())
+    lookup = {
+        name: {int(r["rank"]): r for r in frame.iter_rows(named=True)} for name, frame in (("own", own), ("victim", victim), ("last", last))
+    }
+    hung = set(hang.hung) if hang else set()
+    last_seq = hang.last_seq if hang else {}
+    culprit = first.get("rank") if lead_role in ("primary", "hang", "consistency") else None
+    states: list[RankState] = []
+    for rank, node, local_rank, pid in table.iter_rows():  # one per rank
+        r = int(rank)
+        o, v, ll = lookup["own"].get(r), lookup["victim"].get(r), lookup["last"].get(r)
+        if not failed:
+            status, ev_row, note = "finished", ll, None
+        elif culprit is not None and r == culprit:
+            status, ev_row, note = "culprit", o or (ll if r in hung else v) or ll, "failed first"
+            if r in hung:
+                note = "never reached the collective the others timed out on"
+        elif o is not None:
+            status, ev_row, note = "failed", o, "failed on its own"
+        elif r in hung:
+            status, ev_row, note = "hung", ll, "never reached the collective the others timed out on"
+        elif v is not None:
+            status, ev_row, note = "victim", v, v.get("why") or "failed because another rank did"
+        elif ll is None and world.len():
+            status, ev_row, note = "unknown", None, "printed nothing attributable"
+        elif node in cfe_nodes and pid not in closed and ll is not None and ll["kind"] not in EXIT_KINDS:
+            status, ev_row, note = "finished", ll, "exited without an error while its peers failed"
+        else:
+            status, ev_row, note = "unknown", ll, None
+        states.append(
+            RankState(
+                rank=r,
+                node=node,
+                status=status,
+                evidence=(ev_row["file"], int(ev_row["line"])) if ev_row else None,
+                local_rank=local_rank,
+                pid=pid,
+                time=ev_row["time"].isoformat() if ev_row and ev_row["time"] else None,
+                kind=ev_row["kind"] if ev_row else None,
+                cause=ev_row.get("cause") if ev_row else None,
+                note=note,
+                seq=last_seq.get(r),
+                last=(ll["file"], int(ll["line"]), (ll["raw"] or "")[:300])
+                if ll and status in ("culprit", "hung", "finished", "unknown")
+                else None,
+            )
+        )
+    return states
+
+
+def _suspects(
+    cands: list[Candidate], findings: list[consistency.Finding], ranks: list[RankState], hang: hangs.Hang | None, first: dict[str, object]
+) -> list[Suspect]:
+    """Nodes to look at: the culprit's, the hung ranks' and the odd ones out."""
+    out: dict[str, Suspect] = {}
+
+    def add(node: object, reason: str, cause: str, rank_ids: list[int], eids: list[int]) -> None:
+        if not isinstance(node, str) or not node or "[" in node:
+            return
+        s = out.setdefault(node, Suspect(node, [], [], [], []))
+        if reason not in s.reasons:
+            s.reasons.append(reason)
+        if cause not in s.causes:
+            s.causes.append(cause)
+        s.ranks = sorted(set(s.ranks) | set(rank_ids))
+        s.eids += [e for e in eids if e not in s.eids][:4]
+
+    if cands and first.get("node"):
+        lead = cands[0]
+        rank = first.get("rank")
+        add(
+            first["node"],
+            f"first failure ({lead.cause})" + (f" on rank {rank}" if rank is not None else ""),
+            lead.cause,
+            [rank] if isinstance(rank, int) else [],
+            lead.eids[:2],
+        )
+    if hang and hang.hung:
+        by_node: dict[str, list[int]] = {}
+        for st in ranks:
+            if st.rank in hang.hung and st.node:
+                by_node.setdefault(st.node, []).append(st.rank)
+        for node, rs in by_node.items():
+            add(node, f"rank(s) {_rank_list(rs)} never reached the collective", "collective_timeout", rs, [])
+    for f in findings:
+        for node in f.nodes:
+            add(node, f.summary, f.cause, f.ranks, f.eids)
+    return list(out.values())
