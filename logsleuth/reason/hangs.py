@@ -44,6 +44,7 @@ class Hang:
     first_fired: list[int]  # ranks whose watchdog fired first
     notified: list[int]  # ranks only told by another rank
     mismatch: str | None  # why this looks like a desync, if it does
+    odd: list[int] = field(default_factory=list)  # in a desync, the ranks in the smaller group
     behind: dict[int, int] = field(default_factory=dict)  # rank -> last collective it enqueued
     last_seq: dict[int, int] = field(default_factory=dict)  # rank -> last SeqNum it reported
     eids: list[int] = field(default_factory=list)  # the timeout events, earliest first
@@ -60,6 +61,7 @@ class Hang:
             "first_fired": list(self.first_fired),
             "notified": list(self.notified),
             "mismatch": self.mismatch,
+            "odd": list(self.odd),
             "behind": {str(k): v for k, v in sorted(self.behind.items())},
         }
 
@@ -68,61 +70,69 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int]) -> Hang | None
     """Read the timeout lines of ``ev`` (eid, pos, rank, kind, message, seq, op, numel, ...).
 
     ``alive``: ranks known to have run (they printed, or were killed); ``failing``:
-    ranks with a failure of their own, which are never called hung.
+    ranks with a failure of their own, which are never called hung. Process
+    groups are told apart by their ``[PG n ...]`` tag; when some lines lack
+    the tag (older PyTorch), all lines are read as one group.
     """
     msg = pl.col("message")
     ranked = ev.filter(pl.col("rank").is_not_null())
-    wd = ranked.filter(pl.col("kind") == "watchdog_timeout").with_columns(msg.str.extract(_PG, 1).fill_null("0").alias("pg"))
+    pg_of = msg.str.extract(_PG, 1)
+    # a line cut short ("OpType=ALLR") names no operation
+    wd = ranked.filter(pl.col("kind") == "watchdog_timeout").with_columns(
+        pg_of.alias("pg"), pl.when(msg.str.contains(r"OpType=\w+[,)]")).then(pl.col("op")).alias("op")
+    )
     timeout_hit = (pl.col("category") == "collective_timeout").fill_null(False) if "category" in ev.columns else pl.lit(False)
     gloo = ranked.filter(
         (pl.col("kind") != "watchdog_timeout") & ((pl.col("kind") == "gloo_timeout") | msg.str.contains(_GLOO) | timeout_hit)
     )
     status = ranked.filter(msg.str.contains(_STATUS)).select(
         "rank",
-        msg.str.extract(_PG, 1).fill_null("0").alias("pg"),
+        pg_of.alias("pg"),
         msg.str.extract(_STATUS, 1).cast(pl.Int64).alias("at"),
         msg.str.extract(_STATUS, 2).cast(pl.Int64).alias("enq"),
     )
     dump = ranked.filter(msg.str.contains(_DUMP)).select(
         "rank",
         "pos",
-        msg.str.extract(_PG, 1).fill_null("0").alias("pg"),
+        pg_of.alias("pg"),
         (msg.str.extract(_DUMP, 1) == "this local rank").alias("self"),
         msg.str.extract(_DUMP, 2).cast(pl.Int64).alias("from"),
         msg.str.extract(_DUMP_STATUS, 1).cast(pl.Int64).alias("enq"),
     )
     if wd.is_empty() and gloo.is_empty() and status.is_empty() and dump.is_empty():
         return None
+    # the watchdog line itself may lack the tag its rank's status line for the same SeqNum has
+    tags = status.drop_nulls("pg").select("rank", pl.col("at").alias("seq"), pl.col("pg").alias("_tag")).unique(["rank", "seq"])
+    wd = wd.join(tags, on=["rank", "seq"], how="left").with_columns(pl.coalesce("pg", "_tag").alias("pg")).drop("_tag")
+    tagged = all(f.get_column("pg").null_count() == 0 for f in (wd, status, dump))
+    if not tagged:
+        wd, status, dump = (f.with_columns(pl.lit("*").alias("pg")) for f in (wd, status, dump))
     pg: str | None = None
     seq: int | None = None
     op: str | None = None
     numel: int | None = None
     timeout: int | None = None
-    mismatch = None
-    if not wd.is_empty() or not status.is_empty():
-        seen = pl.concat([wd.select("pg", pl.col("seq").alias("at"), "rank"), status.select("pg", "at", "rank")]).drop_nulls("at")
-        if not seen.is_empty():
-            top = (
-                seen.group_by("pg", "at").agg(pl.col("rank").n_unique().alias("n")).sort(["n", "pg", "at"], descending=[True, False, False])
-            )
-            pg, seq = top.get_column("pg")[0], int(top.get_column("at")[0])
-            mismatch = _desync(wd.filter(pl.col("pg") == pg), seen.filter(pl.col("pg") == pg), seq)
+    mismatch: str | None = None
+    odd: list[int] = []
+    seen = pl.concat([wd.select("pg", pl.col("seq").alias("at"), "rank"), status.select("pg", "at", "rank")]).drop_nulls("at")
+    if not seen.is_empty():
+        top = seen.group_by("pg", "at").agg(pl.col("rank").n_unique().alias("n")).sort(["n", "pg", "at"], descending=[True, False, False])
+        pg, seq = top.get_column("pg")[0], int(top.get_column("at")[0])
+        mismatch, odd = _desync(wd.filter(pl.col("pg") == pg), seen.filter(pl.col("pg") == pg), seq)
     here = wd.filter((pl.col("pg") == pg) & (pl.col("seq") == seq)) if seq is not None else wd
     if not here.is_empty():
         op = _mode(here, "op")
         numel = _int(_mode(here, "numel"))
         timeout = _int(_mode(here, "timeout_ms"))
-    timed_out = set(here.get_column("rank").to_list()) | set(gloo.get_column("rank").to_list())
-    if seq is not None:
-        timed_out |= set(status.filter((pl.col("pg") == pg) & (pl.col("at") == seq)).get_column("rank").to_list())
+    in_pg = seen.filter(pl.col("pg") == pg) if pg is not None else seen
+    timed_out = set(in_pg.get_column("rank").to_list()) | set(gloo.get_column("rank").to_list())
     behind: dict[int, int] = {}
+    reached: set[int] = set()
     if seq is not None:
-        lag = pl.concat([status.select("rank", "pg", "enq"), dump.select("rank", "pg", "enq")]).filter(
-            (pl.col("pg") == pg) & (pl.col("enq") < seq)
-        )
-        for rank, enq in lag.group_by("rank").agg(pl.col("enq").max()).iter_rows():
+        lag = pl.concat([status.select("rank", "pg", "enq"), dump.select("rank", "pg", "enq")]).filter(pl.col("pg") == pg)
+        for rank, enq in lag.filter(pl.col("enq") < seq).group_by("rank").agg(pl.col("enq").max()).iter_rows():
             behind[int(rank)] = int(enq)
-    reached = set(dump.filter(pl.col("enq") >= (seq if seq is not None else 0)).get_column("rank").to_list()) if seq is not None else set()
+        reached = set(lag.filter(pl.col("enq") >= seq).get_column("rank").to_list()) - set(behind)
     quiet = alive - timed_out - failing - reached if timed_out else set()
     hung = sorted((set(behind) | quiet) - failing - timed_out)
     fired = set(dump.filter(pl.col("self")).get_column("rank").to_list())
@@ -134,7 +144,7 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int]) -> Hang | None
         fired = {int(timeouts.get_column("rank")[0])}
     last_seq = {int(r): int(s) for r, s in wd.group_by("rank").agg(pl.col("seq").max()).drop_nulls().iter_rows()}
     return Hang(
-        pg=pg,
+        pg=pg if pg != "*" else None,
         seq=seq,
         op=op,
         numel=numel,
@@ -144,6 +154,7 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int]) -> Hang | None
         first_fired=sorted(fired),
         notified=notified,
         mismatch=mismatch,
+        odd=odd,
         behind=behind,
         last_seq=last_seq,
         eids=timeouts.get_column("eid").cast(pl.Int64).to_list(),
@@ -160,19 +171,27 @@ def _int(text: str | None) -> int | None:
     return int(text) if text is not None else None
 
 
-def _desync(wd: pl.DataFrame, seen: pl.DataFrame, seq: int) -> str | None:
-    """Why the timed-out ranks disagree on the collective, or None when they agree."""
+def _desync(wd: pl.DataFrame, seen: pl.DataFrame, seq: int) -> tuple[str | None, list[int]]:
+    """Why the timed-out ranks disagree on the collective (None when they agree), and the odd ranks."""
     seqs = seen.group_by("at").agg(pl.col("rank").unique().sort()).sort("at")
-    if seqs.height > 1:
+    # a rank reporting several SeqNums mixes process groups (old logs have no PG tag): no verdict on SeqNums then
+    one_each = seen.group_by("rank").agg(pl.col("at").n_unique().alias("n")).get_column("n").max() == 1
+    if seqs.height > 1 and one_each:
         parts = [f"SeqNum {at} on rank(s) {_short(r)}" for at, r in seqs.iter_rows()]
-        return "ranks time out on different collectives: " + "; ".join(parts)
+        return "ranks time out on different collectives: " + "; ".join(parts), _smallest(seqs.get_column("rank").to_list())
     same = wd.filter(pl.col("seq") == seq)
     for col, what in (("op", "operations"), ("numel", "sizes")):
-        groups = same.drop_nulls(col).group_by(col).agg(pl.col("rank").unique().sort())
+        groups = same.drop_nulls(col).group_by(col).agg(pl.col("rank").unique().sort()).sort(col)
         if groups.height > 1:
-            parts = [f"{v} on rank(s) {_short(r)}" for v, r in groups.sort(col).iter_rows()]
-            return f"ranks run different {what} at SeqNum {seq}: " + "; ".join(parts)
-    return None
+            parts = [f"{v} on rank(s) {_short(r)}" for v, r in groups.iter_rows()]
+            return f"ranks run different {what} at SeqNum {seq}: " + "; ".join(parts), _smallest(groups.get_column("rank").to_list())
+    return None, []
+
+
+def _smallest(groups: list[list[int]]) -> list[int]:
+    """The smallest group of ranks (the odd ones out); ties go to the group with the highest ranks."""
+    smallest: list[int] = min(groups, key=lambda g: (len(g), -max(g)))
+    return sorted(smallest)
 
 
 def _short(ranks: list[int], limit: int = 8) -> str:

@@ -171,6 +171,11 @@ def rank_table(events: pl.DataFrame, world: int | None = None) -> pl.DataFrame:
     """
     schema = {"rank": pl.Int32(), "node": pl.String(), "local_rank": pl.Int32(), "pid": pl.Int64()}
     ranked = events.filter(pl.col("rank").is_not_null() & (pl.col("rank") >= 0))
+    # ranks named only in an srun task range ("tasks 0-3") where tasks are ranks
+    agents = per_node_files(events)
+    ranges = srun_task_nodes(events).filter(~pl.col("file").is_in(list(agents)))
+    ranged = ranges.select(pl.col("task").alias("rank"), "node").join(ranked.select("rank").unique(), on="rank", how="anti")
+    ranked = pl.concat([ranked.select("rank", "node", "local_rank", "pid"), ranged], how="diagonal_relaxed")
     table = (
         ranked.group_by("rank")
         .agg(

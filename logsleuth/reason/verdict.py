@@ -159,9 +159,9 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     ev = _read_exits(ev, events)
     failed = bool(events.filter(is_failure).height) or bool(best.filter(pl.col("hit_role") != "context").height)
 
-    own = ev.filter(pl.col("own"))
-    failing = set(own.get_column("rank").drop_nulls().to_list())
-    alive = set(ev.get_column("rank").drop_nulls().to_list())
+    attributed = _attributed(ev, events)
+    failing = set(attributed.filter(pl.col("own")).get_column("rank").to_list())
+    alive = set(attributed.get_column("rank").to_list())
     hang = hangs.analyze(ev, alive, failing) if failed else None
     findings = consistency.check(events)
 
@@ -177,7 +177,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         notes.append("the job failed, but no rule recognises the failure")
     first_eid = candidates[0].eids[0] if candidates and candidates[0].eids else None
     first = _first_failure(ev, candidates[0] if candidates else None)
-    ranks = _rank_states(ev, events, first, hang, failed, candidates[0].role if candidates else None)
+    ranks = _rank_states(attributed, events, first, hang, failed, candidates[0].role if candidates else None)
     if failed and tl.ordering != "timestamps" and events.get_column("file").n_unique() > 1:
         notes.append(f"ordering across files: {tl.note}")
     return Reasoning(
@@ -205,6 +205,13 @@ def _best_hits(hits: pl.DataFrame) -> pl.DataFrame:
         .first()
         .select("eid", "rule", "cause", "category", pl.col("role").alias("hit_role"), "weight")
     )
+
+
+def _attributed(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """The events with a rank, plus one row per rank of each multi-task srun exit line."""
+    multi = ev.filter((pl.col("kind") == "srun_exit") & pl.col("rank").is_null()).drop("rank")
+    expanded = multi.join(_exit_ranks(ev, events), on="eid").with_columns(pl.col("rank").cast(pl.Int32))
+    return pl.concat([ev.filter(pl.col("rank").is_not_null()), expanded.select(ev.columns)])
 
 
 def _exit_ranks(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
@@ -387,7 +394,7 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
         first_rank: int | None = hang.hung[0]
     else:
         summary = f"ranks issued different collectives: {hang.mismatch}"
-        first_rank = _minority_rank(ev, hang)
+        first_rank = hang.odd[0] if hang.odd else None
     summary = summary[0].upper() + summary[1:]
     row = ev.filter(pl.col("rank") == first_rank).sort("pos").tail(1) if first_rank is not None else ev.clear()
     when = _own_time(ev, hang.eids[0]) if hang.eids else None
@@ -405,16 +412,6 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
         summary=summary,
         first=first,
     )
-
-
-def _minority_rank(ev: pl.DataFrame, hang: hangs.Hang) -> int | None:
-    """In a desync, the rank whose last SeqNum differs from most ranks'."""
-    if not hang.last_seq:
-        return None
-    seqs = pl.DataFrame({"rank": list(hang.last_seq), "seq": list(hang.last_seq.values())})
-    common = seqs.get_column("seq").mode().sort()[0]
-    odd = seqs.filter(pl.col("seq") != common).sort("rank")
-    return int(odd.get_column("rank")[0]) if odd.height else None
 
 
 def _with_findings(
@@ -517,23 +514,23 @@ def _rank_list(ranks: list[int]) -> str:
 
 
 def _rank_states(
-    ev: pl.DataFrame, events: pl.DataFrame, first: dict[str, object], hang: hangs.Hang | None, failed: bool, lead_role: str | None
+    ranked: pl.DataFrame, events: pl.DataFrame, first: dict[str, object], hang: hangs.Hang | None, failed: bool, lead_role: str | None
 ) -> list[RankState]:
     """Per rank: the culprit, others that failed on their own, hung ranks, victims, and the rest.
 
     A verdict made of victims' symptoms only (peer_failure) names no culprit:
     the rank that failed first there is the first victim.
     """
-    world = ev.filter(pl.col("kind") == "nccl_init").get_column("nranks").drop_nulls().mode().sort()
+    world = events.filter(pl.col("kind") == "nccl_init").get_column("nranks").drop_nulls().mode().sort()
     table = rank_table(events, int(world[0]) if world.len() and world[0] <= 65536 else None)
     if table.is_empty():
         return []
-    ranked = ev.filter(pl.col("rank").is_not_null()).sort("pos")
+    ranked = ranked.sort("pos")
     own = ranked.filter(pl.col("own")).group_by("rank", maintain_order=True).first()
     victim = ranked.filter(pl.col("role") == "consequence").group_by("rank", maintain_order=True).first()
     last = ranked.sort("pos").group_by("rank", maintain_order=True).last()
-    cfe_nodes = set(ev.filter(pl.col("kind") == "child_failed").get_column("node").drop_nulls().to_list())
-    closed = set(ev.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().to_list())
+    cfe_nodes = set(events.filter(pl.col("kind") == "child_failed").get_column("node").drop_nulls().to_list())
+    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().to_list())
     lookup = {
         name: {int(r["rank"]): r for r in frame.iter_rows(named=True)} for name, frame in (("own", own), ("victim", victim), ("last", last))
     }

@@ -1,0 +1,108 @@
+"""Real cascades: the rank that failed first is named, never one of its victims."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import logsleuth
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "cascades"
+
+
+def analyze(case: str) -> logsleuth.Report:
+    return logsleuth.analyze(sorted(str(p) for p in (DATA / case).glob("*.log")))
+
+
+def statuses(report: logsleuth.Report) -> dict[int, str]:
+    return {r.rank: r.status for r in report.ranks}
+
+
+@pytest.mark.parametrize(
+    ("case", "rank", "node"),
+    [
+        ("valueerror-tee-4", 2, "node01"),
+        ("valueerror-2node-tee", 2, "node02"),
+        ("segfault-4", 1, "node01"),
+        ("segfault-2node", 1, "node01"),
+        ("sigkill-tee-4", 3, "node01"),
+        ("sigkill-rank0-4", 0, "node01"),
+        ("abort-2", 1, "node01"),
+        ("silent-exit1-4", 2, "node01"),
+        ("hang-4", 1, "node01"),
+        ("hang-2node", 3, "node02"),
+    ],
+)
+def test_first_failure_is_the_faulty_rank_and_the_rest_are_victims(case: str, rank: int, node: str) -> None:
+    report = analyze(case)
+    v = report.verdict
+    assert (v.first_failure.rank, v.first_failure.node) == (rank, node)
+    assert v.category != "peer_failure"
+    st = statuses(report)
+    assert st.pop(rank) == "culprit"
+    assert set(st.values()) == {"victim"}
+
+
+@pytest.mark.parametrize(
+    ("case", "category"),
+    [
+        ("valueerror-tee-4", "user_code_error"),
+        ("valueerror-2node-tee", "user_code_error"),
+        ("segfault-4", "crash_signal"),
+        ("segfault-2node", "crash_signal"),
+        ("abort-2", "crash_signal"),
+        ("hang-4", "collective_timeout"),
+        ("hang-2node", "collective_timeout"),
+    ],
+)
+def test_the_verdict_is_the_culprits_cause(case: str, category: str) -> None:
+    assert analyze(case).verdict.category == category
+
+
+def test_a_rank_killed_without_a_word_is_named_even_when_no_rule_knows_why() -> None:
+    report = analyze("silent-exit1-4")
+    v = report.verdict
+    assert v.category == "unknown" and v.first_failure.rank == 2
+    assert v.evidence[0].rank == 2 and v.evidence[0].kind in ("child_failed", "agent_worker_failed")
+
+
+def test_the_launchers_root_cause_is_one_signal_among_others() -> None:
+    # torchrun's "Root Cause (first observed failure)" names rank 0, which only timed out
+    text = (DATA / "hang-4" / "torchrun.log").read_text()
+    root = text[text.index("Root Cause") :]
+    assert "rank      : 0 (local_rank: 0)" in root
+    assert analyze("hang-4").verdict.first_failure.rank == 1
+
+
+def test_a_hung_rank_is_the_one_that_never_reported_the_timeout() -> None:
+    report = analyze("hang-2node")
+    assert report.hang is not None
+    assert report.hang["hung"] == [3] and report.hang["timed_out"] == [0, 1, 2]
+    assert "rank 3 (node02) never reached it" in report.verdict.summary
+    culprit = next(r for r in report.ranks if r.rank == 3)
+    assert culprit.kind in ("agent_teardown", "child_failed") and culprit.last_line is not None
+
+
+def test_victims_are_listed_with_their_evidence() -> None:
+    report = analyze("valueerror-tee-4")
+    victims = [r for r in report.ranks if r.status == "victim"]
+    assert {r.rank for r in victims} == {0, 1, 3}
+    by_rank = {r.rank: r for r in victims}
+    assert by_rank[0].note == "stopped by the launcher" and by_rank[0].kind == "child_failed"
+    assert by_rank[1].kind == "traceback" and by_rank[1].cause == "peer_failure"
+    assert all(r.file and r.line for r in victims)
+    assert "3 other rank(s) failed as a consequence" in report.verdict.summary
+
+
+def test_a_rank_that_left_silently_leaves_only_victims_in_the_log() -> None:
+    # rank 1 returned with exit code 0 and is never named: the first failure is not in the log
+    report = analyze("exit-early-2")
+    assert report.verdict.category == "peer_failure"
+    assert statuses(report) == {0: "victim"}
+
+
+def test_two_node_files_get_nodes_from_their_own_lines() -> None:
+    report = analyze("segfault-2node")
+    assert {r.rank: r.node for r in report.ranks} == {0: "node01", 1: "node01", 2: "node02", 3: "node02"}
+    assert report.to_dict()["stats"]["ordering"] in ("mixed", "timestamps")
