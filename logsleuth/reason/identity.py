@@ -70,13 +70,15 @@ def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
         return events
     df = events
     agents = per_node_files(df)
-    per_rank = pl.col("task").is_not_null() & ~pl.col("file").is_in(list(agents))
+    # slurmstepd writes into task 0's stream whichever task it is about: its label names no rank
+    per_rank = pl.col("task").is_not_null() & ~pl.col("file").is_in(list(agents)) & (pl.col("source") != "slurm")
     df = df.with_columns(pl.when(per_rank).then(pl.coalesce("rank", "task")).otherwise(pl.col("rank")).alias("rank"))
     # srun exit lines that name one task name one rank (in per-rank files)
     single = pl.col("tasks").str.contains(r"^\d+$").fill_null(False) & (pl.col("kind") == "srun_exit") & ~pl.col("file").is_in(list(agents))
     df = df.with_columns(
         pl.when(single).then(pl.coalesce("rank", pl.col("tasks").cast(pl.Int32, strict=False))).otherwise("rank").alias("rank")
     )
+    df = _file_ranks(df)
     df = _task_nodes(df, agents)
     df = _file_nodes(df)
     df = _join(df, ["node", "pid"], "rank")
@@ -119,6 +121,41 @@ def _task_nodes(df: pl.DataFrame, agents: set[str]) -> pl.DataFrame:
         df.join(ranks, on="rank", how="left")
         .with_columns(pl.when(pl.col("node").is_null() | multi).then(pl.coalesce("_rnode", "node")).otherwise("node").alias("node"))
         .drop("_rnode")
+    )
+
+
+#: Per-rank output files as launchers name them (srun --output=rank-%t.out, log_rank_3.txt, worker-7.log).
+_RANK_FILE = r"(?i)(?:^|[/._-])(?:rank|proc|task|worker)[._-]?(\d{1,6})(?:\.[a-z]+)*(?:\.gz)?$"
+
+
+def _file_ranks(df: pl.DataFrame) -> pl.DataFrame:
+    """A file named for a rank (``rank-07.out``) holds that rank's output, unless its lines say otherwise.
+
+    The name counts only when the file has no srun labels and every rank prefix
+    inside it agrees with the name.
+    """
+    named = df.select("file").unique().with_columns(pl.col("file").str.extract(_RANK_FILE, 1).cast(pl.Int32, strict=False).alias("_frank"))
+    named = named.filter(pl.col("_frank").is_not_null())
+    if named.is_empty():
+        return df
+    agree = (
+        df.join(named, on="file")
+        .group_by("file")
+        .agg(
+            pl.col("task").is_not_null().any().alias("_lab"),
+            ((pl.col("rank") != pl.col("_frank")) & (pl.col("source") != "nccl")).any().alias("_other"),
+        )
+        .filter(~pl.col("_lab") & ~pl.col("_other"))
+        .join(named, on="file")
+        .select("file", "_frank")
+    )
+    if agree.is_empty():
+        return df
+    slurm = pl.col("source") == "slurm"
+    return (
+        df.join(agree, on="file", how="left")
+        .with_columns(pl.when(slurm).then("rank").otherwise(pl.coalesce("rank", "_frank")).alias("rank"))
+        .drop("_frank")
     )
 
 

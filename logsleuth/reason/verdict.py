@@ -166,13 +166,15 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     findings = consistency.check(events)
 
     candidates = _candidates(ev, rules)
-    lead = _lead(candidates, ev, hang, rules, notes)
+    lead = _lead(candidates, ev, hang, rules)
     if lead is not None:
         # a hang candidate absorbs the rule candidate of the same cause it was built from
         candidates = [lead] + [c for c in candidates if c is not lead and not (lead.role == "hang" and c.cause == lead.cause)]
     candidates = _with_findings(candidates, findings, hang, ev, rules)
     if candidates:
         _confidence(candidates)
+        if candidates[0].cause == "unknown":
+            notes.append("no rule explains the first failure; it is shown with its rank and lines")
     elif failed:
         notes.append("the job failed, but no rule recognises the failure")
     first_eid = candidates[0].eids[0] if candidates and candidates[0].eids else None
@@ -253,8 +255,13 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         | ((pl.col("kind") == "srun_exit") & signalled & ((pl.col("line") > pl.col("_first_srun")) | pl.lit(cancelled)))
         | ((pl.col("kind") == "traceback") & pl.col("exc_type").str.contains(r"SignalException$").fill_null(False))
     )
+    agents = list(per_node_files(events))
     launcher = (pl.col("kind") == "traceback") & pl.col("exc_type").str.contains(LAUNCHER_EXCEPTIONS).fill_null(False)
-    ev = ev.with_columns(torn.fill_null(False).alias("_torn"), launcher.alias("_launcher"))
+    # where srun starts one torchrun per node, "task 0: Exited with exit code 1" is that torchrun reporting its workers
+    launcher = launcher | ((pl.col("kind") == "srun_exit") & pl.col("file").is_in(agents) & pl.col("signal").is_null())
+    # "terminate called after throwing ..." only announces the what(): line that follows it
+    header = pl.col("kind") == "cpp_terminate"
+    ev = ev.with_columns(torn.fill_null(False).alias("_torn"), launcher.alias("_launcher"), header.alias("_header"))
 
     # what each rank said itself (not counting exit records)
     said = ev.filter(~is_exit & pl.col("rank").is_not_null() & ~pl.col("_launcher") & ~pl.col("_torn")).group_by("rank")
@@ -276,6 +283,8 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("stopped by the launcher"))
         .when(pl.col("_launcher"))
         .then(pl.lit("the launcher's report"))
+        .when(pl.col("_header"))
+        .then(pl.lit("announces the line after it"))
         .when(summary & ~after_peer)
         .then(pl.lit("exit after its own error"))
         .when(after_peer)
@@ -284,7 +293,7 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     role = (
         pl.when(pl.col("_torn") | after_peer)
         .then(pl.lit("consequence"))
-        .when(pl.col("_launcher") | summary)
+        .when(pl.col("_launcher") | pl.col("_header") | summary)
         .then(pl.lit(None, dtype=pl.String))
         .otherwise(pl.col("hit_role"))
     )
@@ -332,7 +341,7 @@ def _candidates(ev: pl.DataFrame, rules: RuleSet) -> list[Candidate]:
     return strong + weak + conseq
 
 
-def _lead(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang | None, rules: RuleSet, notes: list[str]) -> Candidate | None:
+def _lead(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang | None, rules: RuleSet) -> Candidate | None:
     """The verdict before disagreements between nodes are weighed."""
     strong = [c for c in cands if c.role == "primary" and c.weight >= STRONG]
     if strong:
@@ -343,7 +352,6 @@ def _lead(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang | None, rul
         first = unexplained.row(0, named=True)
         weak_first = min(weak, key=lambda c: _pos(ev, c.eids[0])) if weak else None
         if weak_first is None or _pos(ev, weak_first.eids[0]) > first["pos"]:
-            notes.append("no rule explains the first failure; it is shown with its rank and lines")
             return Candidate(
                 cause="unknown",
                 category="unknown",
@@ -375,9 +383,7 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
     hung_rows = ev.filter(pl.col("rank").is_in(hang.hung)).sort("pos")
     # the hung rank's own lines: the last it printed (its exit record, a dump notice) come first
     hung_eids = hung_rows.group_by("rank", maintain_order=True).agg(pl.col("eid").last()).get_column("eid").head(2).to_list()
-    eids = [int(e) for e in hung_eids] + [e for e in hang.eids if e not in hung_eids]
-    if base is not None:
-        eids += [e for e in base.eids if e not in eids]
+    eids = list(dict.fromkeys([*(int(e) for e in hung_eids), *hang.eids, *(base.eids if base is not None else [])]))
     where = ev.filter(pl.col("rank").is_in(hang.hung)).get_column("node").drop_nulls().unique().sort().to_list()
     what = f"{hang.op} (SeqNum {hang.seq})" if hang.op and hang.seq is not None else "a collective"
     if hang.hung:
@@ -441,10 +447,19 @@ def _with_findings(
 
 
 def _finding_candidate(f: consistency.Finding, ev: pl.DataFrame, rules: RuleSet) -> Candidate:
-    """A disagreement as a candidate; its first failure is the first failing rank on the odd node."""
+    """A disagreement as a candidate; its first failure is the odd rank when there is one,
+    else the first failing rank on the odd node."""
     on_node = ev.filter(pl.col("node").is_in(f.nodes) & pl.col("rank").is_not_null())
     failing = on_node.filter(pl.col("own") | pl.col("role").is_in(["primary", "consequence"])).sort("pos")
-    if failing.height:
+    rank: int | None
+    node: str | None
+    when: str | None
+    if len(f.ranks) == 1:
+        rank = f.ranks[0]
+        node = f.nodes[0] if len(f.nodes) == 1 else None
+        mine = failing.filter(pl.col("rank") == rank)
+        when = _own_time(ev, int(mine.get_column("eid")[0])) if mine.height else None
+    elif failing.height:
         row = failing.row(0, named=True)
         rank, node, when = row["rank"], row["node"], _own_time(ev, int(row["eid"]))
     else:
@@ -502,8 +517,13 @@ def _first_failure(ev: pl.DataFrame, lead: Candidate | None) -> dict[str, object
         return {"rank": None, "node": None, "time": None}
     head = rows.row(0, named=True)
     ranked = rows.filter(pl.col("rank").is_not_null())
-    rank = head["rank"] if head["rank"] is not None else (ranked.get_column("rank")[0] if ranked.height else None)
-    node = head["node"]
+    rank, node = head["rank"], head["node"]
+    if rank is None and ranked.height:  # e.g. slurmstepd's OOM line, then srun's "task 3: Out Of Memory"
+        rank, node = ranked.get_column("rank")[0], ranked.get_column("node")[0] or node
+    elif rank is None and node is not None:  # a node-level line: the rank on that node that died on its own
+        own = ev.filter(pl.col("own") & (pl.col("node") == node) & pl.col("rank").is_not_null()).sort("pos")
+        if own.height:
+            rank = own.get_column("rank")[0]
     if (node is None or "[" in node or "," in node) and rank is not None:
         node = ev.filter((pl.col("rank") == rank) & pl.col("node").is_not_null()).get_column("node").mode().sort().first()
     return {"rank": rank, "node": node, "time": _own_time(ev, int(head["eid"]))}
@@ -526,9 +546,10 @@ def _rank_states(
     if table.is_empty():
         return []
     ranked = ranked.sort("pos")
+    ranked = ranked.select("rank", "file", "line", "time", "kind", "cause", "why", "raw", "own", "role", "pos")
     own = ranked.filter(pl.col("own")).group_by("rank", maintain_order=True).first()
     victim = ranked.filter(pl.col("role") == "consequence").group_by("rank", maintain_order=True).first()
-    last = ranked.sort("pos").group_by("rank", maintain_order=True).last()
+    last = ranked.group_by("rank", maintain_order=True).last()
     cfe_nodes = set(events.filter(pl.col("kind") == "child_failed").get_column("node").drop_nulls().to_list())
     closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().to_list())
     lookup = {
