@@ -27,6 +27,8 @@ _DUMP = r"Received a dump signal due to a collective timeout from (this local ra
 _DUMP_STATUS = r"Last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?\d+)"
 _FIRST = r"First PG on this rank to signal dumping"
 #: Gloo's own timeout (also inside a traceback's exception line) and monitored_barrier's.
+#: Causes whose lines say "I waited for the others and gave up": the rank that never came is the culprit.
+WAITING = ("collective_timeout", "rendezvous_timeout")
 _GLOO = r"Timed out waiting \d+ms for (?:recv|send) operation|failed to pass monitoredBarrier|timed out in monitoredBarrier"
 
 
@@ -81,7 +83,8 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int]) -> Hang | None
     wd = ranked.filter(pl.col("kind") == "watchdog_timeout").with_columns(
         pg_of.alias("pg"), pl.when(msg.str.contains(r"OpType=\w+[,)]")).then(pl.col("op")).alias("op")
     )
-    timeout_hit = (pl.col("category") == "collective_timeout").fill_null(False) if "category" in ev.columns else pl.lit(False)
+    # ranks that waited for others and gave up: collective timeouts, and store/rendezvous waits
+    timeout_hit = pl.col("category").is_in(WAITING).fill_null(False) if "category" in ev.columns else pl.lit(False)
     gloo = ranked.filter(
         (pl.col("kind") != "watchdog_timeout") & ((pl.col("kind") == "gloo_timeout") | msg.str.contains(_GLOO) | timeout_hit)
     )
@@ -197,3 +200,29 @@ def _smallest(groups: list[list[int]]) -> list[int]:
 def _short(ranks: list[int], limit: int = 8) -> str:
     text = ",".join(str(r) for r in ranks[:limit])
     return text + (f",… ({len(ranks)})" if len(ranks) > limit else "")
+
+
+_FP_SELF = r"Rank (\d+) is running (?:inconsistent )?collective: (.+?)(?:, but Rank \d+ is running collective: |$)"
+_FP_PEER = r", but Rank (\d+) is running collective: (.+?)(?:\.?Collectives differ in the following aspects|$)"
+
+
+def fingerprints(ev: pl.DataFrame) -> tuple[list[int], str] | None:
+    """With TORCH_DISTRIBUTED_DEBUG=DETAIL every rank reports its own collective and a peer's
+    (``Rank 2 is running collective: CollectiveFingerPrint(...), but Rank 3 is running ...``).
+    Ranks grouped by fingerprint: the smaller group is the odd one out. None without such lines."""
+    msg = pl.col("message")
+    lines = ev.filter(msg.str.contains("is running (?:inconsistent )?collective: "))
+    if lines.is_empty():
+        return None
+    said = pl.concat(
+        [
+            lines.select(msg.str.extract(_FP_SELF, 1).alias("who"), msg.str.extract(_FP_SELF, 2).alias("fp")),
+            lines.select(msg.str.extract(_FP_PEER, 1).alias("who"), msg.str.extract(_FP_PEER, 2).alias("fp")),
+        ]
+    ).drop_nulls()
+    per_rank = said.with_columns(pl.col("who").cast(pl.Int64)).group_by("who").agg(pl.col("fp").mode().sort().first())
+    groups = per_rank.group_by("fp").agg(pl.col("who").sort().alias("ranks"))
+    if groups.height < 2:
+        return None
+    odd = _smallest(groups.get_column("ranks").to_list())
+    return odd, f"rank(s) {_short(odd)} ran a different collective from the other {per_rank.height - len(odd)} rank(s)"

@@ -83,6 +83,7 @@ def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
     df = _file_nodes(df)
     df = _join(df, ["node", "pid"], "rank")
     df = _join(df, ["node", "local_rank"], "rank")
+    df = _node_offsets(df)
     df = _join(df, ["rank"], "node")
     df = _join(df, ["rank"], "local_rank")
     df = _join_unique_pid(df)
@@ -184,6 +185,29 @@ def _join(df: pl.DataFrame, keys: list[str], target: str) -> pl.DataFrame:
     if table.is_empty():
         return df
     return df.join(table, on=keys, how="left").with_columns(pl.coalesce(target, "_fill").alias(target)).drop("_fill")
+
+
+def _node_offsets(df: pl.DataFrame) -> pl.DataFrame:
+    """torchrun numbers a node's workers contiguously: rank = first rank of the node + local rank.
+
+    Where every known (rank, local rank) pair of a node agrees on that offset,
+    local ranks never named with their global rank (a quiet worker's
+    ``[default3]:`` lines) get one too.
+    """
+    pairs = df.filter(pl.col("node").is_not_null() & pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null())
+    offsets = (
+        pairs.group_by("node")
+        .agg((pl.col("rank") - pl.col("local_rank")).unique().alias("_off"))
+        .filter(pl.col("_off").list.len() == 1)
+        .select("node", pl.col("_off").list.first().alias("_off"))
+    )
+    if offsets.is_empty():
+        return df
+    return (
+        df.join(offsets, on="node", how="left")
+        .with_columns(pl.coalesce("rank", (pl.col("local_rank") + pl.col("_off")).cast(pl.Int32)).alias("rank"))
+        .drop("_off")
+    )
 
 
 def _join_unique_pid(df: pl.DataFrame) -> pl.DataFrame:

@@ -22,7 +22,7 @@ network disagrees with the others explains symptoms that name no culprit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import polars as pl
 
@@ -168,6 +168,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     candidates = _candidates(ev, rules)
     lead = _lead(candidates, ev, hang, rules)
     if lead is not None:
+        lead = _refine(lead, candidates, ev, events, hang, rules, notes)
         # a hang candidate absorbs the rule candidate of the same cause it was built from
         candidates = [lead] + [c for c in candidates if c is not lead and not (lead.role == "hang" and c.cause == lead.cause)]
     candidates = _with_findings(candidates, findings, hang, ev, rules)
@@ -179,7 +180,10 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         notes.append("the job failed, but no rule recognises the failure")
     first_eid = candidates[0].eids[0] if candidates and candidates[0].eids else None
     first = _first_failure(ev, candidates[0] if candidates else None)
-    ranks = _rank_states(attributed, events, first, hang, failed, candidates[0].role if candidates else None)
+    lead_now = candidates[0] if candidates else None
+    ranks = _rank_states(
+        attributed, events, first, hang, failed, lead_now.role if lead_now else None, lead_now.category if lead_now else None
+    )
     if failed and tl.ordering != "timestamps" and events.get_column("file").n_unique() > 1:
         notes.append(f"ordering across files: {tl.note}")
     return Reasoning(
@@ -298,6 +302,7 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("hit_role"))
     )
     ev = ev.with_columns(why.alias("why"), role.alias("role"))
+    ev = _late_cancellations(ev)
     failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
     quiet_rank = ~pl.col("_conseq").fill_null(False) & ~pl.col("_primary").fill_null(False)
     unexplained = failure & pl.col("role").is_null() & pl.col("why").is_null() & quiet_rank
@@ -305,6 +310,25 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         unexplained.alias("unexplained"),
         ((pl.col("role") == "primary").fill_null(False) | unexplained).alias("own"),
     ).drop("_closed", "_first_srun", "_x_detail", "_x_conseq", "_detail", "_conseq", "_primary")
+
+
+def _late_cancellations(ev: pl.DataFrame) -> pl.DataFrame:
+    """A cancellation or time limit after ranks had already died is the clean-up, not the cause.
+
+    A job that hangs after a failure runs until someone scancels it or its time
+    limit ends it; SLURM's line then comes last. It keeps its role only when no
+    process had exited and no strong failure line was printed before it.
+    """
+    is_exit = pl.col("kind").is_in(EXIT_KINDS) & ~pl.col("_torn")
+    strong = pl.col("role").is_in(["primary", "consequence"]) & (pl.col("weight") >= STRONG) & (pl.col("kind") != "slurm_cancel")
+    before = ev.filter(is_exit | strong.fill_null(False)).get_column("pos").min()
+    if before is None:
+        return ev
+    late = (pl.col("kind") == "slurm_cancel") & pl.col("category").is_in(["slurm_cancelled", "slurm_time_limit"]) & (pl.col("pos") > before)
+    return ev.with_columns(
+        pl.when(late).then(pl.lit("context")).otherwise(pl.col("role")).alias("role"),
+        pl.when(late).then(pl.lit("ended a job that had already failed")).otherwise(pl.col("why")).alias("why"),
+    )
 
 
 def _candidates(ev: pl.DataFrame, rules: RuleSet) -> list[Candidate]:
@@ -371,21 +395,152 @@ def _lead(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang | None, rul
     return cands[0] if cands else None
 
 
+def _refine(
+    lead: Candidate,
+    cands: list[Candidate],
+    ev: pl.DataFrame,
+    events: pl.DataFrame,
+    hang: hangs.Hang | None,
+    rules: RuleSet,
+    notes: list[str],
+) -> Candidate:
+    """Cross-rank facts that move the first failure away from the lead's first line.
+
+    - ranks that waited for the others (collective or rendezvous timeouts): the
+      first failure is the rank that never came;
+    - a collective mismatch: the rank whose collective differs from the others';
+    - victims of a vanished peer: the rank that left the job without an error;
+    - ranks that failed the same way at the same moment: the lowest of them.
+    """
+    if lead.category in hangs.WAITING and lead.role != "hang" and hang is not None and hang.hung:
+        return _hang_candidate(cands, ev, hang, rules, cause=lead.cause)
+    if lead.category in ("collective_mismatch", "unknown") and lead.first is None:
+        odd = hangs.fingerprints(ev)
+        ranks, why = odd if odd else ((hang.odd, hang.mismatch or "") if hang and hang.odd else ([], ""))
+        if ranks:
+            if lead.category == "unknown":  # every rank raised "Detected mismatch between collectives"
+                lead = _mismatch_candidate(ev, rules, ranks, why)
+            lead.first = _rank_first(ev, ranks[0])
+            lead.ranks = sorted(set(lead.ranks) | set(ranks))
+            if why:
+                notes.append(f"collective mismatch: {why}")
+            return lead
+    if lead.category == "peer_failure" and lead.role == "consequence":
+        left = _left_early(ev, events)
+        if left:
+            rank = left[0]
+            lead.first = _rank_first(ev, rank)
+            where = f" ({lead.first['node']})" if lead.first.get("node") else ""
+            lead.summary = (
+                f"Rank {rank}{where} left the job without an error while the others still needed it; they failed on the closed connection"
+            )
+            return lead
+    if lead.role == "primary" and lead.first is None:
+        tied = _simultaneous(ev, lead)
+        if tied is not None:
+            lead.first = _rank_first(ev, tied, among=lead.eids)
+    return lead
+
+
+def _mismatch_candidate(ev: pl.DataFrame, rules: RuleSet, odd: list[int], why: str) -> Candidate:
+    """collective_mismatch from the ranks' own collective fingerprints, when no rule named it."""
+    lines = ev.filter(pl.col("message").str.contains("is running (?:inconsistent )?collective: ")).sort("pos")
+    first_odd = lines.filter(pl.col("rank").is_in(odd))
+    eids = [int(e) for e in pl.concat([first_odd, lines]).get_column("eid").unique(maintain_order=True).to_list()]
+    return Candidate(
+        cause="collective_mismatch",
+        category=rules.category("collective_mismatch"),
+        role="primary",
+        weight=0.8,
+        confidence=0.0,
+        eids=eids,
+        rules=[],
+        ranks=sorted({int(r) for r in lines.get_column("rank").drop_nulls().to_list()}),
+        nodes=sorted(set(lines.get_column("node").drop_nulls().to_list())),
+        summary=f"Ranks issued different collectives: {why}",
+    )
+
+
+def _rank_first(ev: pl.DataFrame, rank: int, among: list[int] | None = None) -> dict[str, object]:
+    """First failure at ``rank``: its node, and the time of its first failure line (of ``among``, if given)."""
+    rows = ev.filter(pl.col("rank") == rank)
+    if among is not None:
+        rows = rows.filter(pl.col("eid").is_in(among))
+    failing = rows.filter(pl.col("own") | pl.col("role").is_in(["primary", "consequence"])).sort("pos")
+    pick = failing if failing.height else rows.sort("pos")
+    nodes = ev.filter((pl.col("rank") == rank) & pl.col("node").is_not_null()).get_column("node")
+    node = nodes.mode().sort()[0] if nodes.len() else None
+    when = _own_time(ev, int(pick.get_column("eid")[0])) if pick.height else None
+    return {"rank": rank, "node": node, "time": when}
+
+
+def _simultaneous(ev: pl.DataFrame, lead: Candidate) -> int | None:
+    """The lowest rank when several ranks failed the same way and nothing orders them.
+
+    Line order between ranks is only the order in which their output reached
+    the file; the timeline's times (own stamps, or the stamped line above)
+    decide when they differ by more than a second.
+    """
+    mine = ev.filter(pl.col("eid").is_in(lead.eids) & pl.col("own"))
+    own = mine.filter(pl.col("rank").is_not_null())
+    per_rank = own.group_by("rank").agg(pl.col("t").min(), pl.col("pos").min().alias("p"))
+    if per_rank.height < 2:
+        # errors raised before init_process_group carry no rank prefix: the same message from
+        # several processes, next to exit records of several ranks, is still a simultaneous failure
+        repeated = mine.filter(pl.col("rank").is_null()).group_by("message").len().get_column("len").max()
+        if repeated is None or int(repeated) < 2:  # type: ignore[arg-type]
+            return None
+        exited = ev.filter(pl.col("kind").is_in(EXIT_KINDS) & pl.col("rank").is_not_null()).get_column("rank")
+        ranks = set(exited.to_list()) | set(per_rank.get_column("rank").to_list())
+        return min(ranks) if len(ranks) >= 2 else None
+    stamped = per_rank.drop_nulls("t")
+    if stamped.height == per_rank.height:
+        first = stamped.get_column("t").min()
+        window = stamped.filter(pl.col("t") <= first + timedelta(seconds=1))  # type: ignore[operator]
+        return int(window.get_column("rank").min()) if window.height > 1 else None  # type: ignore[arg-type]
+    if stamped.height == 0:
+        return int(per_rank.get_column("rank").min())  # type: ignore[arg-type]
+    return None
+
+
+def _left_early(ev: pl.DataFrame, events: pl.DataFrame) -> list[int]:
+    """Ranks that stopped without an error while the others failed on their absence.
+
+    Seen only where the launcher's failure table covers the rank's node and
+    neither lists the rank nor had to stop it: it exited with code 0 first.
+    """
+    cfe = events.filter(pl.col("kind") == "child_failed")
+    if cfe.is_empty():
+        return []
+    listed = set(cfe.get_column("rank").drop_nulls().to_list())
+    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().to_list())
+    nodes = set(cfe.get_column("node").drop_nulls().to_list())
+    ranked = ev.filter(pl.col("rank").is_not_null() & pl.col("node").is_in(list(nodes)))
+    quiet = ranked.group_by("rank").agg(
+        (pl.col("own") | pl.col("role").is_in(["primary", "consequence"])).any().alias("_failed"),
+        pl.col("pid").drop_nulls().first().alias("_pid"),
+    )
+    left = quiet.filter(~pl.col("_failed") & ~pl.col("rank").is_in(list(listed)) & ~pl.col("_pid").is_in(list(closed)).fill_null(False))
+    return sorted(int(r) for r in left.get_column("rank").to_list())
+
+
 def _pos(ev: pl.DataFrame, eid: int) -> int:
     got = ev.filter(pl.col("eid") == eid).get_column("pos")
     return int(got[0]) if got.len() else 0
 
 
-def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, rules: RuleSet) -> Candidate:
-    """collective_timeout naming the ranks that never arrived, or collective_mismatch for a desync."""
-    cause = "collective_mismatch" if hang.mismatch and not hang.hung else "collective_timeout"
-    base = next((c for c in cands if c.cause == cause or c.category == cause), None)
+def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, rules: RuleSet, cause: str | None = None) -> Candidate:
+    """collective_timeout (or ``cause``, e.g. a rendezvous timeout) naming the ranks that never
+    arrived, or collective_mismatch for a desync."""
+    cause = cause or ("collective_mismatch" if hang.mismatch and not hang.hung else "collective_timeout")
+    base = next((c for c in cands if c.cause == cause), None) or next((c for c in cands if c.category == rules.category(cause)), None)
     hung_rows = ev.filter(pl.col("rank").is_in(hang.hung)).sort("pos")
     # the hung rank's own lines: the last it printed (its exit record, a dump notice) come first
     hung_eids = hung_rows.group_by("rank", maintain_order=True).agg(pl.col("eid").last()).get_column("eid").head(2).to_list()
     eids = list(dict.fromkeys([*(int(e) for e in hung_eids), *hang.eids, *(base.eids if base is not None else [])]))
     where = ev.filter(pl.col("rank").is_in(hang.hung)).get_column("node").drop_nulls().unique().sort().to_list()
-    what = f"{hang.op} (SeqNum {hang.seq})" if hang.op and hang.seq is not None else "a collective"
+    waiting_for = "the rendezvous" if rules.category(cause) == "rendezvous_timeout" else "a collective"
+    what = f"{hang.op} (SeqNum {hang.seq})" if hang.op and hang.seq is not None else waiting_for
     if hang.hung:
         ranks_text = _rank_list(hang.hung)
         summary = (
@@ -534,7 +689,13 @@ def _rank_list(ranks: list[int]) -> str:
 
 
 def _rank_states(
-    ranked: pl.DataFrame, events: pl.DataFrame, first: dict[str, object], hang: hangs.Hang | None, failed: bool, lead_role: str | None
+    ranked: pl.DataFrame,
+    events: pl.DataFrame,
+    first: dict[str, object],
+    hang: hangs.Hang | None,
+    failed: bool,
+    lead_role: str | None,
+    lead_category: str | None = None,
 ) -> list[RankState]:
     """Per rank: the culprit, others that failed on their own, hung ranks, victims, and the rest.
 
@@ -558,6 +719,7 @@ def _rank_states(
     hung = set(hang.hung) if hang else set()
     last_seq = hang.last_seq if hang else {}
     culprit = first.get("rank") if lead_role in ("primary", "hang", "consistency") else None
+    mismatch = lead_category == "collective_mismatch" and culprit is not None
     states: list[RankState] = []
     for rank, node, local_rank, pid in table.iter_rows():  # one per rank
         r = int(rank)
@@ -568,6 +730,8 @@ def _rank_states(
             status, ev_row, note = "culprit", o or (ll if r in hung else v) or ll, "failed first"
             if r in hung:
                 note = "never reached the collective the others timed out on"
+        elif o is not None and mismatch and o.get("cause") in (None, "collective_mismatch"):
+            status, ev_row, note = "victim", o, "reported the mismatched collective"
         elif o is not None:
             status, ev_row, note = "failed", o, "failed on its own"
         elif r in hung:

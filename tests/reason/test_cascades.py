@@ -12,7 +12,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "cascades"
 
 
 def analyze(case: str) -> logsleuth.Report:
-    return logsleuth.analyze(sorted(str(p) for p in (DATA / case).glob("*.log")))
+    return logsleuth.analyze(sorted(str(p) for p in (DATA / case).iterdir() if p.suffix in (".log", ".out")))
 
 
 def statuses(report: logsleuth.Report) -> dict[int, str]:
@@ -32,6 +32,14 @@ def statuses(report: logsleuth.Report) -> dict[int, str]:
         ("silent-exit1-4", 2, "node01"),
         ("hang-4", 1, "node01"),
         ("hang-2node", 3, "node02"),
+        # SLURM jobs from corpus/tools/inject.py (branch real-logs)
+        ("real-valueerror-srun-4task", 3, "node01"),
+        ("real-valueerror-srun-torchrun-4rank", 1, "node01"),
+        ("real-segfault-srun-4task", 3, "node01"),
+        ("real-sigkill-srun-4task", 2, "node01"),
+        ("real-abort-srun-2task", 1, "node01"),
+        ("real-oom-srun-4task", 2, "node01"),
+        ("real-hang-srun-4task", 1, "node01"),
     ],
 )
 def test_first_failure_is_the_faulty_rank_and_the_rest_are_victims(case: str, rank: int, node: str) -> None:
@@ -54,6 +62,10 @@ def test_first_failure_is_the_faulty_rank_and_the_rest_are_victims(case: str, ra
         ("abort-2", "crash_signal"),
         ("hang-4", "collective_timeout"),
         ("hang-2node", "collective_timeout"),
+        ("real-valueerror-srun-torchrun-4rank", "user_code_error"),
+        ("real-segfault-srun-4task", "crash_signal"),
+        ("real-oom-srun-4task", "host_oom"),
+        ("real-hang-srun-4task", "collective_timeout"),
     ],
 )
 def test_the_verdict_is_the_culprits_cause(case: str, category: str) -> None:
@@ -106,3 +118,39 @@ def test_two_node_files_get_nodes_from_their_own_lines() -> None:
     report = analyze("segfault-2node")
     assert {r.rank: r.node for r in report.ranks} == {0: "node01", 1: "node01", 2: "node02", 3: "node02"}
     assert report.to_dict()["stats"]["ordering"] in ("mixed", "timestamps")
+
+
+def test_slurmstepd_lines_in_task_0s_stream_do_not_make_rank_0_the_culprit() -> None:
+    # "0: slurmstepd-node01: error: Detected 1 oom-kill event(s)" is about task 2
+    report = analyze("real-oom-srun-4task")
+    assert report.verdict.first_failure.rank == 2
+    assert any("oom" in e.text for e in report.verdict.evidence)
+
+
+def test_a_cancellation_after_ranks_had_died_is_the_clean_up_not_the_cause() -> None:
+    # the hung job was scancelled two minutes after three ranks had timed out and exited
+    report = analyze("real-hang-srun-4task")
+    assert report.verdict.category == "collective_timeout"
+    assert "slurm_cancelled" not in [c.cause for c in report.candidates[:1]]
+
+
+def test_with_detail_debug_the_rank_whose_collective_differs_is_the_culprit() -> None:
+    report = analyze("real-mismatch-shape-detail-srun-4task")
+    v = report.verdict
+    assert (v.category, v.first_failure.rank) == ("collective_mismatch", 3)
+    assert statuses(report) == {0: "victim", 1: "victim", 2: "victim", 3: "culprit"}
+
+
+def test_a_rank_that_left_without_an_error_is_named_when_its_tee_lines_show_it() -> None:
+    # torchrun --tee 3: "[default3]:rank 3: no more data in shard, stopping", and rank 3 is in no failure table
+    report = analyze("real-exit-early-torchrun-tee-4rank")
+    v = report.verdict
+    assert (v.category, v.first_failure.rank) == ("peer_failure", 3)
+    assert "left the job without an error" in v.summary
+    assert statuses(report) == {0: "victim", 1: "victim", 2: "victim", 3: "finished"}
+
+
+def test_ranks_failing_alike_before_init_give_the_lowest_rank() -> None:
+    # both ranks raise the same error before init_process_group (no rank prefix yet); torchrun saw rank 1 first
+    report = analyze("real-backend-nccl-torchrun-2rank")
+    assert report.verdict.first_failure.rank == 0
