@@ -26,6 +26,8 @@ _STATUS = (
 _DUMP = r"Received a dump signal due to a collective timeout from (this local rank|\s*rank (-?\d+))"
 _DUMP_STATUS = r"Last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?\d+)"
 _FIRST = r"First PG on this rank to signal dumping"
+#: Gloo's monitored_barrier names the ranks that did not arrive.
+_MISSED_BARRIER = r"Rank (\d+) failed to pass monitoredBarrier"
 #: Gloo's own timeout (also inside a traceback's exception line) and monitored_barrier's.
 #: Causes whose lines say "I waited for the others and gave up": the rank that never came is the culprit.
 WAITING = ("collective_timeout", "rendezvous_timeout")
@@ -137,7 +139,15 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int]) -> Hang | None
             behind[int(rank)] = int(enq)
         reached = set(lag.filter(pl.col("enq") >= seq).get_column("rank").to_list()) - set(behind)
     quiet = alive - timed_out - failing - reached if timed_out else set()
-    hung = sorted((set(behind) | quiet) - failing - timed_out)
+    named = {
+        int(r)
+        for r in ev.filter(msg.str.contains(_MISSED_BARRIER))
+        .select(msg.str.extract_all(r"Rank (\d+) failed").explode().str.extract(r"(\d+)", 1).cast(pl.Int64))
+        .to_series()
+        .drop_nulls()
+        .to_list()
+    }
+    hung = sorted((set(behind) | quiet | named) - failing - (timed_out - named))
     fired = set(dump.filter(pl.col("self")).get_column("rank").to_list())
     fired |= set(ranked.filter(msg.str.contains(_FIRST)).get_column("rank").to_list())
     fired |= {int(r) for r in dump.get_column("from").drop_nulls().to_list() if r >= 0}

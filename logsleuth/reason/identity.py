@@ -79,6 +79,7 @@ def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
         pl.when(single).then(pl.coalesce("rank", pl.col("tasks").cast(pl.Int32, strict=False))).otherwise("rank").alias("rank")
     )
     df = _file_ranks(df)
+    df = _message_ranks(df)
     df = _task_nodes(df, agents)
     df = _file_nodes(df)
     df = _join(df, ["node", "pid"], "rank")
@@ -90,7 +91,7 @@ def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
     nodes = df.get_column("node").drop_nulls().unique()
     if nodes.len() == 1:
         df = df.with_columns(pl.col("node").fill_null(nodes[0]))
-    return df
+    return _single_node_ranks(df, nodes.len())
 
 
 def _task_nodes(df: pl.DataFrame, agents: set[str]) -> pl.DataFrame:
@@ -158,6 +159,47 @@ def _file_ranks(df: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.when(slurm).then("rank").otherwise(pl.coalesce("rank", "_frank")).alias("rank"))
         .drop("_frank")
     )
+
+
+#: Phrasings in which a process names itself: (pattern, column it fills).
+_SELF_NAMED = (
+    (r"(?:Parameters|Parameter indices) which did not receive grad for rank (\d+)", "rank"),
+    (r"Detected mismatch between collectives on ranks\. Rank (\d+) is running", "rank"),
+    (r"in store based barrier on rank:? (\d+)", "rank"),
+    (r"Command '\[.*?--local[_-]rank[= ]'?,? ?'?(\d+)", "local_rank"),  # torch.distributed.launch's CalledProcessError
+    (r"\bprocess (\d+) terminated with (?:signal|exit code)", "local_rank"),  # mp.spawn's ProcessExitedException
+)
+#: mp.spawn prints this line, then the child's traceback: the traceback is that process's.
+_SPAWN_HEADER = r"^-- Process (\d+) terminated with the following error:"
+
+
+def _message_ranks(df: pl.DataFrame) -> pl.DataFrame:
+    """Rank or local rank named by the failure text itself, where no prefix gave one."""
+    msg = pl.col("message")
+    for pattern, column in _SELF_NAMED:
+        df = df.with_columns(pl.coalesce(column, msg.str.extract(pattern, 1).cast(pl.Int32, strict=False)).alias(column))
+    header = msg.str.extract(_SPAWN_HEADER, 1).cast(pl.Int32, strict=False)
+    if df.select(header.is_not_null().any()).item():
+        spawned = header.forward_fill().over("file", order_by="line")
+        after = pl.col("kind") == "traceback"
+        df = df.with_columns(
+            pl.when(after & pl.col("local_rank").is_null()).then(spawned).otherwise(pl.col("local_rank")).alias("local_rank")
+        )
+    return df
+
+
+def _single_node_ranks(df: pl.DataFrame, n_nodes: int) -> pl.DataFrame:
+    """On a job that shows one node and no global rank for its local ranks, local rank = rank.
+
+    Skipped when any line pairs a local rank with a different global rank or
+    srun labels are present (the file may be one node of many).
+    """
+    if n_nodes > 1 or df.get_column("task").drop_nulls().len():
+        return df
+    paired = df.filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null())
+    if paired.height and (paired.get_column("rank") != paired.get_column("local_rank")).any():
+        return df
+    return df.with_columns(pl.coalesce("rank", "local_rank").alias("rank"))
 
 
 def _file_nodes(df: pl.DataFrame) -> pl.DataFrame:

@@ -414,6 +414,8 @@ def _refine(
     """
     if lead.category in hangs.WAITING and lead.role != "hang" and hang is not None and hang.hung:
         return _hang_candidate(cands, ev, hang, rules, cause=lead.cause)
+    if lead.cause == "unknown" and hang is not None and hang.hung and set(lead.ranks) <= set(hang.timed_out):
+        return _hang_candidate(cands, ev, hang, rules)  # the unexplained errors were ranks giving up waiting
     if lead.category in ("collective_mismatch", "unknown") and lead.first is None:
         odd = hangs.fingerprints(ev)
         ranks, why = odd if odd else ((hang.odd, hang.mismatch or "") if hang and hang.odd else ([], ""))
@@ -730,6 +732,8 @@ def _rank_states(
             status, ev_row, note = "culprit", o or (ll if r in hung else v) or ll, "failed first"
             if r in hung:
                 note = "never reached the collective the others timed out on"
+        elif o is not None and lead_role == "hang" and hang is not None and r in hang.timed_out:
+            status, ev_row, note = "victim", o, "gave up waiting for the ranks that never came"
         elif o is not None and mismatch and o.get("cause") in (None, "collective_mismatch"):
             status, ev_row, note = "victim", o, "reported the mismatched collective"
         elif o is not None:

@@ -82,3 +82,19 @@ def test_everyone_timing_out_names_no_hung_rank_but_the_first_watchdog(write) ->
     assert v.category == "collective_timeout"
     assert report.hang is not None and report.hang["hung"] == [] and report.hang["timed_out"] == [0, 1, 2, 3]
     assert v.first_failure.rank == 1  # the first line, and all stamps share the second
+
+
+def test_monitored_barrier_names_the_rank_that_did_not_arrive(write) -> None:
+    # gloo's monitored_barrier (ProcessGroupGloo.cpp) on rank 0; rank 1 printed only its start-up line
+    log = (
+        "0: [rank0]: Traceback (most recent call last):\n"
+        '0: [rank0]:   File "/home/user/train.py", line 88, in <module>\n'
+        "0: [rank0]:     dist.monitored_barrier(timeout=timedelta(seconds=1800))\n"
+        "0: [rank0]: RuntimeError: Rank 1 failed to pass monitoredBarrier in 1800000 ms\n"
+        "1: loading shard 1 of 2\n"
+        "srun: error: node01: task 0: Exited with exit code 1\n"
+    )
+    report = logsleuth.analyze([write("slurm-7.out", log)])
+    assert report.verdict.first_failure.rank == 1
+    assert report.hang is not None and report.hang["hung"] == [1]
+    assert {r.rank: r.status for r in report.ranks} == {0: "victim", 1: "culprit"}

@@ -105,3 +105,42 @@ def test_torchrun_fqdn_is_cut_to_the_short_name_nccl_uses() -> None:
 def test_world_size_adds_ranks_that_printed_nothing() -> None:
     table = rank_table(events_of(NCCL), world=8)
     assert table.height == 8 and table.filter(pl.col("node").is_not_null()).get_column("rank").to_list() == [5]
+
+
+# mp.spawn (torch/multiprocessing/spawn.py) reports a child's traceback under this header
+SPAWN = """\
+Traceback (most recent call last):
+  File "train_net.py", line 120, in <module>
+    launch(main, args.num_gpus)
+torch.multiprocessing.spawn.ProcessRaisedException:
+
+-- Process 7 terminated with the following error:
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.7/site-packages/torch/multiprocessing/spawn.py", line 19, in _wrap
+    fn(i, *args)
+RuntimeError: CUDA error: device-side assert triggered
+"""
+
+# torch.distributed.launch (PyTorch 1.x) names the dead worker only in its command line
+LAUNCH = """\
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.7/site-packages/torch/distributed/launch.py", line 259, in main
+    cmd=cmd)
+subprocess.CalledProcessError: Command '['/opt/conda/bin/python3', '-u', 'train.py', '--local_rank=7', '--epochs', '180']' died with <Signals.SIGSEGV: 11>.
+"""
+
+
+def test_spawn_headers_and_launch_commands_name_the_local_rank() -> None:
+    spawned = events_of(SPAWN).filter(pl.col("kind") == "traceback").sort("line")
+    assert spawned.get_column("local_rank").to_list() == [None, 7]
+    assert spawned.get_column("rank").to_list() == [None, 7]  # one node, nothing says otherwise
+    launched = events_of(LAUNCH).filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert (launched["local_rank"], launched["rank"]) == (7, 7)
+
+
+def test_messages_that_name_their_own_rank_give_it() -> None:
+    ev = events_of(
+        "RuntimeError: Timed out initializing process group in store based barrier on rank: 4330, for key: store_based_barrier_key:522 "
+        "(world_size=2048, worker_count=1792, timeout=0:30:00)\n"
+    )
+    assert ev.get_column("rank").to_list() == [4330]
