@@ -57,10 +57,68 @@ def check(events: pl.DataFrame) -> list[Finding]:
         "version_mismatch",
         0.6,
     )
+    out += _nccl_says_mismatch(ev)
     out += _interfaces(ev, multi_node)
     out += _env(ev)
     out += _world(ev)
     return out
+
+
+_MISMATCH_WARN = r"Mismatched NCCL version detected : rank (\d+) version (\d+) rank (\d+) version (\d+)"
+
+
+def _nccl_says_mismatch(ev: pl.DataFrame) -> list[Finding]:
+    """NCCL >= 2.23 compares versions itself: ``rank 8 version 22703 rank 3 version 22602``.
+
+    Every rank that sees a different peer names one; the version fewer ranks
+    run is the odd one, and the ranks that run it are named by the others.
+    """
+    msg = pl.col("message")
+    warns = ev.filter(msg.str.contains(_MISMATCH_WARN))
+    if warns.is_empty():
+        return []
+    pairs = (
+        pl.concat(
+            [
+                warns.select(msg.str.extract(_MISMATCH_WARN, 1).alias("r"), msg.str.extract(_MISMATCH_WARN, 2).alias("v")),
+                warns.select(msg.str.extract(_MISMATCH_WARN, 3).alias("r"), msg.str.extract(_MISMATCH_WARN, 4).alias("v")),
+            ]
+        )
+        .with_columns(pl.col("r").cast(pl.Int64))
+        .unique()
+    )
+    # fewest ranks first; on a tie, the side without rank 0 (the job's reference) is the odd one
+    by_version = (
+        pairs.group_by("v")
+        .agg(pl.col("r").unique().sort())
+        .with_columns(pl.col("r").list.len().alias("n"), pl.col("r").list.contains(0).alias("has0"))
+        .sort(["n", "has0", "v"])
+    )
+    if by_version.height < 2:
+        return []
+    odd_version, odd_ranks = by_version.row(0)[0], [int(r) for r in by_version.row(0)[1]]
+    major = by_version.row(by_version.height - 1)[0]
+    nodes = sorted(set(ev.filter(pl.col("rank").is_in(odd_ranks)).get_column("node").drop_nulls().to_list()))
+    where = _names(nodes) if nodes else f"rank(s) {', '.join(str(r) for r in odd_ranks[:8])}"
+    return [
+        Finding(
+            cause="version_mismatch",
+            what="NCCL version (NCCL's own check)",
+            nodes=nodes,
+            ranks=odd_ranks,
+            eids=[int(e) for e in warns.sort("eid").get_column("eid").head(3).to_list()],
+            summary=f"NCCL refused to start: NCCL {_dotted(odd_version)} on {where} differs from {_dotted(major)} on the other ranks",
+            weight=0.9,
+            corroborated=True,
+            details={"majority": major, "odd": [odd_version]},
+        )
+    ]
+
+
+def _dotted(code: str) -> str:
+    """NCCL's version code (major*10000 + minor*100 + patch since 2.9) as 2.27.3."""
+    n = int(code)
+    return f"{n // 10000}.{n % 10000 // 100}.{n % 100}" if n >= 20900 else code
 
 
 def _units_ranks(df: pl.DataFrame) -> tuple[list[str], list[int]]:

@@ -537,8 +537,12 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
     cause = cause or ("collective_mismatch" if hang.mismatch and not hang.hung else "collective_timeout")
     base = next((c for c in cands if c.cause == cause), None) or next((c for c in cands if c.category == rules.category(cause)), None)
     hung_rows = ev.filter(pl.col("rank").is_in(hang.hung)).sort("pos")
-    # the hung rank's own lines: the last it printed (its exit record, a dump notice) come first
-    hung_eids = hung_rows.group_by("rank", maintain_order=True).agg(pl.col("eid").last()).get_column("eid").head(2).to_list()
+    # per hung rank: the line that shows it behind (its last enqueued collective), else the last it printed
+    behind = pl.col("message").str.contains("(?i)last enqueued")
+    shown = hung_rows.group_by("rank", maintain_order=True).agg(
+        pl.coalesce(pl.col("eid").filter(behind).first(), pl.col("eid").last()).alias("eid")
+    )
+    hung_eids = shown.get_column("eid").head(2).to_list()
     eids = list(dict.fromkeys([*(int(e) for e in hung_eids), *hang.eids, *(base.eids if base is not None else [])]))
     where = ev.filter(pl.col("rank").is_in(hang.hung)).get_column("node").drop_nulls().unique().sort().to_list()
     waiting_for = "the rendezvous" if rules.category(cause) == "rendezvous_timeout" else "a collective"
@@ -595,6 +599,8 @@ def _with_findings(
         strong = f.corroborated or (f.weight >= 0.7 and not progressed and not named_culprit)
         if failed and promoted is None and explains and strong:
             promoted = cand
+        elif promoted is not None and f.cause == promoted.cause and set(f.nodes) <= set(promoted.nodes or f.nodes):
+            promoted.eids += [e for e in f.eids if e not in promoted.eids]  # the same disagreement, seen another way
         elif f.weight >= 0.6:  # weaker findings stay suspect nodes, not candidates
             extra.append(cand)
     if not failed:
