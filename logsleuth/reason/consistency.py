@@ -187,8 +187,8 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
     bad = net.filter(pl.col("iface").str.contains(_BAD_IFACE).fill_null(False) | pl.col("addr").str.contains(_BAD_ADDR).fill_null(False))
     if not bad.is_empty():
         nodes, ranks = _units_ranks(bad)
-        addrs = sorted(set(bad.get_column("addr").drop_nulls().to_list()))
-        ifaces = sorted(set(bad.get_column("iface").drop_nulls().to_list()))
+        addrs = sorted(set(bad.get_column("addr").drop_nulls().unique().to_list()))
+        ifaces = sorted(set(bad.get_column("iface").drop_nulls().unique().to_list()))
         mentioned = failures.filter(msg.str.contains_any(addrs)) if addrs else failures.clear()
         good = net.filter(~pl.col("eid").is_in(bad.get_column("eid").implode()))
         evidence = bad.sort("eid").unique("unit", keep="first", maintain_order=True).get_column("eid").head(4).to_list()

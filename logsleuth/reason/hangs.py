@@ -130,7 +130,7 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int]) -> Hang | None
         numel = _int(_mode(here, "numel"))
         timeout = _int(_mode(here, "timeout_ms"))
     in_pg = seen.filter(pl.col("pg") == pg) if pg is not None else seen
-    timed_out = set(in_pg.get_column("rank").to_list()) | set(gloo.get_column("rank").to_list())
+    timed_out = set(in_pg.get_column("rank").unique().to_list()) | set(gloo.get_column("rank").unique().to_list())
     behind: dict[int, int] = {}
     reached: set[int] = set()
     if seq is not None:

@@ -160,8 +160,8 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     failed = bool(events.filter(is_failure).height) or bool(best.filter(pl.col("hit_role") != "context").height)
 
     attributed = _attributed(ev, events)
-    failing = set(attributed.filter(pl.col("own")).get_column("rank").to_list())
-    alive = set(attributed.get_column("rank").to_list())
+    failing = set(attributed.filter(pl.col("own")).get_column("rank").unique().to_list())
+    alive = set(attributed.get_column("rank").unique().to_list())
     hang = hangs.analyze(ev, alive, failing) if failed else None
     findings = consistency.check(events)
 
@@ -351,12 +351,13 @@ def _candidates(ev: pl.DataFrame, rules: RuleSet) -> list[Candidate]:
                 confidence=0.0,
                 eids=[int(e) for e in main.get_column("eid").to_list()]
                 + [int(e) for e in group.filter(pl.col("role") != role).get_column("eid").to_list()],
-                rules=sorted(set(group.get_column("rule").drop_nulls().to_list())),
+                rules=sorted(set(group.get_column("rule").drop_nulls().unique().to_list())),
                 ranks=sorted({int(r) for r in group.get_column("rank").drop_nulls().to_list()}),
-                nodes=sorted(set(group.get_column("node").drop_nulls().to_list())),
+                nodes=sorted(set(group.get_column("node").drop_nulls().unique().to_list())),
             )
         )
-    pos = dict(ev.select(pl.col("eid").cast(pl.Int64), "pos").iter_rows()) if out else {}
+    firsts = [c.eids[0] for c in out]
+    pos = {int(e): int(p) for e, p in ev.filter(pl.col("eid").is_in(firsts)).select("eid", "pos").iter_rows()}
     primaries = [c for c in out if c.role == "primary"]
     consequences = [c for c in out if c.role != "primary"]
     strong = sorted((c for c in primaries if c.weight >= STRONG), key=lambda c: pos.get(c.eids[0], 0))
@@ -385,7 +386,7 @@ def _lead(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang | None, rul
                 eids=[int(e) for e in unexplained.get_column("eid").to_list()],
                 rules=[],
                 ranks=sorted({int(r) for r in unexplained.get_column("rank").drop_nulls().to_list()}),
-                nodes=sorted(set(unexplained.get_column("node").drop_nulls().to_list())),
+                nodes=sorted(set(unexplained.get_column("node").drop_nulls().unique().to_list())),
             )
         return weak_first
     if weak:
@@ -458,7 +459,7 @@ def _mismatch_candidate(ev: pl.DataFrame, rules: RuleSet, odd: list[int], why: s
         eids=eids,
         rules=[],
         ranks=sorted({int(r) for r in lines.get_column("rank").drop_nulls().to_list()}),
-        nodes=sorted(set(lines.get_column("node").drop_nulls().to_list())),
+        nodes=sorted(set(lines.get_column("node").drop_nulls().unique().to_list())),
         summary=f"Ranks issued different collectives: {why}",
     )
 
@@ -493,7 +494,7 @@ def _simultaneous(ev: pl.DataFrame, lead: Candidate) -> int | None:
         if repeated is None or int(repeated) < 2:  # type: ignore[arg-type]
             return None
         exited = ev.filter(pl.col("kind").is_in(EXIT_KINDS) & pl.col("rank").is_not_null()).get_column("rank")
-        ranks = set(exited.to_list()) | set(per_rank.get_column("rank").to_list())
+        ranks = set(exited.unique().to_list()) | set(per_rank.get_column("rank").unique().to_list())
         return min(ranks) if len(ranks) >= 2 else None
     stamped = per_rank.drop_nulls("t")
     if stamped.height == per_rank.height:
@@ -514,9 +515,9 @@ def _left_early(ev: pl.DataFrame, events: pl.DataFrame) -> list[int]:
     cfe = events.filter(pl.col("kind") == "child_failed")
     if cfe.is_empty():
         return []
-    listed = set(cfe.get_column("rank").drop_nulls().to_list())
-    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().to_list())
-    nodes = set(cfe.get_column("node").drop_nulls().to_list())
+    listed = set(cfe.get_column("rank").drop_nulls().unique().to_list())
+    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().unique().to_list())
+    nodes = set(cfe.get_column("node").drop_nulls().unique().to_list())
     ranked = ev.filter(pl.col("rank").is_not_null() & pl.col("node").is_in(list(nodes)))
     quiet = ranked.group_by("rank").agg(
         (pl.col("own") | pl.col("role").is_in(["primary", "consequence"])).any().alias("_failed"),
@@ -719,8 +720,8 @@ def _rank_states(
     own = ranked.filter(pl.col("own")).group_by("rank", maintain_order=True).first()
     victim = ranked.filter(pl.col("role") == "consequence").group_by("rank", maintain_order=True).first()
     last = ranked.group_by("rank", maintain_order=True).last()
-    cfe_nodes = set(events.filter(pl.col("kind") == "child_failed").get_column("node").drop_nulls().to_list())
-    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().to_list())
+    cfe_nodes = set(events.filter(pl.col("kind") == "child_failed").get_column("node").drop_nulls().unique().to_list())
+    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().unique().to_list())
     lookup = {
         name: {int(r["rank"]): r for r in frame.iter_rows(named=True)} for name, frame in (("own", own), ("victim", victim), ("last", last))
     }
