@@ -157,7 +157,12 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     tl = timeline.build(events, focus.get_column("eid"))
     ev = ev.join(tl.order, on="eid", how="left").join(best, on="eid", how="left")
     ev = _read_exits(ev, events)
-    failed = bool(events.filter(is_failure).height) or bool(best.filter(pl.col("hit_role") != "context").height)
+    if _launcher_saw_no_failure(ev):
+        # an error the job survived (a caught, logged exception): the launcher reported no death
+        ev = ev.with_columns(pl.lit(False).alias("unexplained"), (pl.col("role") == "primary").fill_null(False).alias("own"))
+        failed = bool(best.filter(pl.col("hit_role") != "context").height)
+    else:
+        failed = bool(events.filter(is_failure).height) or bool(best.filter(pl.col("hit_role") != "context").height)
 
     attributed = _attributed(ev, events)
     failing = set(attributed.filter(pl.col("own")).get_column("rank").unique().to_list())
@@ -200,6 +205,17 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         ordering_note=tl.note,
         offsets=tl.offsets,
     )
+
+
+#: Launcher reports of a death: any of them means the job did fail.
+_DEATH_REPORTS = (*EXIT_KINDS, "slurm_cancel", "slurm_oom", "slurm_failed", "slurm_memory_error", "slurm_node_failure", "watchdog_timeout")
+
+
+def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
+    """The launcher's own output is in the inputs (torchrun's log lines, srun's labels) and it
+    reported no worker's death: errors printed along the way were survived."""
+    present = ev.filter((pl.col("source") == "launcher") | pl.col("task").is_not_null()).height > 0
+    return present and ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty()
 
 
 def _best_hits(hits: pl.DataFrame) -> pl.DataFrame:

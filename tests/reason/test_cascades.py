@@ -154,3 +154,18 @@ def test_ranks_failing_alike_before_init_give_the_lowest_rank() -> None:
     # both ranks raise the same error before init_process_group (no rank prefix yet); torchrun saw rank 1 first
     report = analyze("real-backend-nccl-torchrun-2rank")
     assert report.verdict.first_failure.rank == 0
+
+
+@pytest.mark.parametrize("case", ["real-harmless-torchrun-2rank", "real-harmless-srun-4task"])
+def test_an_exception_the_job_survived_is_not_a_failure(case: str) -> None:
+    # rank 0 logs a caught ConnectionError with its traceback, retries, and training finishes
+    report = analyze(case)
+    assert report.verdict.category == "none"
+    assert set(statuses(report).values()) <= {"finished"}
+
+
+def test_a_pasted_traceback_without_launcher_output_still_counts_as_a_failure(write) -> None:
+    text = (DATA / "real-harmless-torchrun-2rank" / "torchrun.log").read_text()
+    start = text.index("Traceback (most recent call last):")
+    paste = text[start : text.index("metrics: connected")]
+    assert logsleuth.analyze([write("paste.txt", paste)]).verdict.category == "unknown"
