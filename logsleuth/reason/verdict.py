@@ -187,7 +187,14 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     first = _first_failure(ev, candidates[0] if candidates else None)
     lead_now = candidates[0] if candidates else None
     ranks = _rank_states(
-        attributed, events, first, hang, failed, lead_now.role if lead_now else None, lead_now.category if lead_now else None
+        attributed,
+        events,
+        first,
+        hang,
+        failed,
+        lead_now.role if lead_now else None,
+        lead_now.category if lead_now else None,
+        lead_now.cause if lead_now else None,
     )
     if failed and tl.ordering != "timestamps" and events.get_column("file").n_unique() > 1:
         notes.append(f"ordering across files: {tl.note}")
@@ -721,6 +728,7 @@ def _rank_states(
     failed: bool,
     lead_role: str | None,
     lead_category: str | None = None,
+    lead_cause: str | None = None,
 ) -> list[RankState]:
     """Per rank: the culprit, others that failed on their own, hung ranks, victims, and the rest.
 
@@ -732,10 +740,12 @@ def _rank_states(
     if table.is_empty():
         return []
     ranked = ranked.sort("pos")
-    ranked = ranked.select("rank", "file", "line", "time", "kind", "cause", "why", "raw", "own", "role", "pos")
+    ranked = ranked.select("rank", "file", "line", "time", "kind", "cause", "why", "raw", "own", "role", "pos", "source")
     own = ranked.filter(pl.col("own")).group_by("rank", maintain_order=True).first()
     victim = ranked.filter(pl.col("role") == "consequence").group_by("rank", maintain_order=True).first()
-    last = ranked.group_by("rank", maintain_order=True).last()
+    # the last line the rank printed itself; the launcher's lines about it only when there is nothing else
+    by_launcher = (pl.col("source") == "launcher") | pl.col("kind").is_in([*EXIT_KINDS, "agent_teardown", "agent_signal"])
+    last = ranked.sort(by_launcher, "pos", descending=[True, False]).group_by("rank", maintain_order=True).last()
     cfe_nodes = set(events.filter(pl.col("kind") == "child_failed").get_column("node").drop_nulls().unique().to_list())
     closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().unique().to_list())
     lookup = {
@@ -781,7 +791,7 @@ def _rank_states(
                 pid=pid,
                 time=ev_row["time"].isoformat() if ev_row and ev_row["time"] else None,
                 kind=ev_row["kind"] if ev_row else None,
-                cause=ev_row.get("cause") if ev_row else None,
+                cause=lead_cause if status in ("culprit", "hung") and lead_cause else (ev_row.get("cause") if ev_row else None),
                 note=note,
                 seq=last_seq.get(r),
                 last=(ll["file"], int(ll["line"]), (ll["raw"] or "")[:300])

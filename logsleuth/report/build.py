@@ -123,7 +123,13 @@ def build(
         for r in reasoning.ranks
     ]
     suspects = [
-        SuspectNodeOut(s.node, list(s.reasons), list(s.causes), list(s.ranks), _evidence(events, s.eids[:4], best_rule))
+        SuspectNodeOut(
+            s.node,
+            list(s.reasons),
+            list(s.causes),
+            list(s.ranks),
+            [e for e in _evidence(events, s.eids, best_rule) if e.node in (None, s.node)][:4],
+        )
         for s in reasoning.suspects
     ]
     timeline = {"ordering": reasoning.ordering, "note": reasoning.ordering_note, "clock_offsets_s": dict(reasoning.offsets)}
