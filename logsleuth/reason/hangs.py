@@ -70,11 +70,15 @@ class Hang:
         }
 
 
-def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int]) -> Hang | None:
+def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[int] | None = None) -> Hang | None:
     """Read the timeout lines of ``ev`` (eid, pos, rank, kind, message, seq, op, numel, ...).
 
     ``alive``: ranks known to have run (they printed, or were killed); ``failing``:
-    ranks with a failure of their own, which are never called hung. Process
+    ranks with a failure of their own, which are never called hung; ``stopped``:
+    ranks the launcher had to kill at the end (still running: a sign of a hang).
+    When the silent ranks outnumber the ranks that timed out, the logs are more
+    likely incomplete than the job mostly hung: only silent ranks the launcher
+    had to stop, or on the node of a rank shown behind, are called hung then. Process
     groups are told apart by their ``[PG n ...]`` tag; when some lines lack
     the tag (older PyTorch), all lines are read as one group.
     """
@@ -139,6 +143,10 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int]) -> Hang | None
             behind[int(rank)] = int(enq)
         reached = set(lag.filter(pl.col("enq") >= seq).get_column("rank").to_list()) - set(behind)
     quiet = alive - timed_out - failing - reached if timed_out else set()
+    if len(quiet) > len(timed_out):
+        behind_nodes = set(ranked.filter(pl.col("rank").is_in(list(behind))).get_column("node").drop_nulls().unique().to_list())
+        on_nodes = set(ranked.filter(pl.col("node").is_in(list(behind_nodes))).get_column("rank").unique().to_list())
+        quiet &= (stopped or set()) | on_nodes
     named = {
         int(r)
         for r in ev.filter(msg.str.contains(_MISSED_BARRIER))

@@ -167,7 +167,8 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     attributed = _attributed(ev, events)
     failing = set(attributed.filter(pl.col("own")).get_column("rank").unique().to_list())
     alive = set(attributed.get_column("rank").unique().to_list())
-    hang = hangs.analyze(ev, alive, failing) if failed else None
+    stopped = set(attributed.filter(pl.col("why") == "stopped by the launcher").get_column("rank").unique().to_list())
+    hang = hangs.analyze(ev, alive, failing, stopped) if failed else None
     findings = consistency.check(events)
 
     candidates = _candidates(ev, rules)
@@ -222,7 +223,15 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
     """The launcher's own output is in the inputs (torchrun's log lines, srun's labels) and it
     reported no worker's death: errors printed along the way were survived."""
     present = ev.filter((pl.col("source") == "launcher") | pl.col("task").is_not_null()).height > 0
-    return present and ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty()
+    if not present or not ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty():
+        return False
+    # and every file went on with ordinary output after its last error (a cut-off log did not)
+    failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
+    ordinary = (pl.col("kind") == "line") & (pl.col("level") == "info")
+    per_file = ev.group_by("file").agg(
+        pl.col("line").filter(failure).max().alias("_err"), pl.col("line").filter(ordinary).max().alias("_ok")
+    )
+    return per_file.filter(pl.col("_err").is_not_null() & (pl.col("_ok").is_null() | (pl.col("_ok") < pl.col("_err")))).is_empty()
 
 
 def _best_hits(hits: pl.DataFrame) -> pl.DataFrame:
@@ -510,6 +519,10 @@ def _simultaneous(ev: pl.DataFrame, lead: Candidate) -> int | None:
     mine = ev.filter(pl.col("eid").is_in(lead.eids) & pl.col("own"))
     own = mine.filter(pl.col("rank").is_not_null())
     per_rank = own.group_by("rank").agg(pl.col("t").min(), pl.col("pos").min().alias("p"))
+    # "the same way" means the same words (numbers aside): a victim quoting the culprit's error differs
+    said = own.filter(~pl.col("kind").is_in(EXIT_KINDS)).sort("pos").group_by("rank").agg(pl.col("message").first())
+    if said.get_column("message").str.replace_all(r"0x[0-9a-fA-F]+|\d+", "#").n_unique() > 1:
+        return None
     if per_rank.height < 2:
         # errors raised before init_process_group carry no rank prefix: the same message from
         # several processes, next to exit records of several ranks, is still a simultaneous failure

@@ -169,3 +169,10 @@ def test_a_pasted_traceback_without_launcher_output_still_counts_as_a_failure(wr
     start = text.index("Traceback (most recent call last):")
     paste = text[start : text.index("metrics: connected")]
     assert logsleuth.analyze([write("paste.txt", paste)]).verdict.category == "unknown"
+
+
+def test_a_log_cut_off_right_after_an_error_still_counts_as_a_failure(write) -> None:
+    # torchrun's banner is there, its failure report is not: the log ends at the traceback
+    text = (DATA / "real-harmless-torchrun-2rank" / "torchrun.log").read_text()
+    cut = text[: text.index("metrics: connected")]
+    assert logsleuth.analyze([write("torchrun.log", cut)]).verdict.category == "unknown"

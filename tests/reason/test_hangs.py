@@ -98,3 +98,17 @@ def test_monitored_barrier_names_the_rank_that_did_not_arrive(write) -> None:
     assert report.verdict.first_failure.rank == 1
     assert report.hang is not None and report.hang["hung"] == [1]
     assert {r.rank: r.status for r in report.ranks} == {0: "victim", 1: "culprit"}
+
+
+def test_silent_ranks_outnumbering_the_timed_out_are_not_all_called_hung(write) -> None:
+    # 8 ranks initialised; only ranks 0 and 1 printed their timeout (a log cut short, or the other
+    # nodes' files not given): without other evidence the 6 silent ranks are not named hung
+    init = (
+        "gpu0{n}:{pid}:{pid} [0] NCCL INFO ncclCommInitRank comm 0x55d4a3c0 rank {r} nranks 8 cudaDev 0 nvmlDev 0 busId 1000 "
+        "commId 0x7f3a9b - Init COMPLETE"
+    )
+    lines = [init.format(n=r // 4 + 1, pid=1000 + r, r=r) for r in range(8)]
+    lines += [WD.format(r=r, us=r, seq=9, op="ALLREDUCE", n=1) for r in (0, 1)]
+    report = logsleuth.analyze([write("slurm-3.out", "\n".join(lines) + "\n")])
+    assert report.hang is not None and report.hang["hung"] == [] and report.hang["timed_out"] == [0, 1]
+    assert report.verdict.category == "collective_timeout"
