@@ -78,6 +78,7 @@ class JobSpec:
     cuda: str = "12.6"
     driver: int = 12080
     timeout_ms: int = 600000
+    peer_symptom: str = "remote-error"  # how peers of a dead rank notice: remote-error | timeout (NCCL never saw the death)
     job_id: int = 4242
     host_prefix: str = "gpu"
     start: str = "2026-03-14T09:26:53"
@@ -91,6 +92,8 @@ class JobSpec:
             raise ValueError(f"failure must be one of {', '.join(FAILURES)}")
         if self.culprit is not None and not 0 <= self.culprit < self.ranks:
             raise ValueError(f"culprit must be a rank in 0..{self.ranks - 1}")
+        if self.peer_symptom not in ("remote-error", "timeout"):
+            raise ValueError("peer_symptom must be remote-error or timeout")
         if self.failure in ("hang", "mismatch", "docker0") and self.ranks < 2:
             raise ValueError(f"{self.failure} needs at least 2 ranks")
 
@@ -360,19 +363,28 @@ def _failure(job: _Job) -> Iterator[_Rec]:
         frames = [*_TRAIN_FRAMES, ("/home/user/data.py", 88, "__getitem__", "y = float(row['label'])")]
         for text in _traceback(c, frames, exc):
             yield _Rec(t, c, job.node(c), "worker", text)
-    if s.failure in ("exception", "segfault", "oom", "sigkill"):
+    if s.failure in ("exception", "segfault", "oom", "sigkill") and s.peer_symptom == "remote-error":
         job.tick(0.05)
         for r in rng.sample(others, len(others)):
             yield from _remote_error(job, r, c)
         yield from _ends(job, dead={c: s.failure, **dict.fromkeys(others, "abort")})
         return
-    # hang / mismatch: the others enter SeqNum S and wait for the culprit
+    died = s.failure in ("exception", "segfault", "oom", "sigkill")
+    if died and s.layout in ("torchrun", "srun-torchrun"):
+        # torchrun notices the death and stops the others before NCCL does: they print nothing
+        yield from _ends(job, dead={c: s.failure})
+        return
+    reported: set[int] = set()
+    if died:  # srun reports the death when it happens, long before the others time out
+        yield from _death_report(job, c, s.failure)
+        reported.add(c)
+    # hang / mismatch, or a death the peers never noticed: the others enter SeqNum S and wait for the culprit
     seq = job.seq + 1
     op, numel = rng.choice(_OPS), rng.choice([1, 2048, 4194304, 262144000])
     odd_op = rng.choice([o for o in _OPS if o != op])
     wait_ms = s.timeout_ms
     job.t += timedelta(milliseconds=wait_ms)
-    timed_out = others if s.failure == "hang" else list(range(s.ranks))
+    timed_out = list(range(s.ranks)) if s.failure == "mismatch" else others
     fired = rng.choice(timed_out)
     for r in sorted(timed_out, key=lambda x: (x != fired, rng.random())):
         t = job.tick(0.002)
@@ -435,7 +447,7 @@ def _failure(job: _Job) -> Iterator[_Rec]:
             "worker",
             f"  what():  {prefix} Process group watchdog thread terminated with exception: [Rank {r}] Watchdog caught collective operation timeout",
         )
-    yield from _ends(job, dead=dict.fromkeys(timed_out, "abort"), hung=[c] if s.failure == "hang" else [])
+    yield from _ends(job, dead=dict.fromkeys(timed_out, "abort"), hung=[c] if s.failure == "hang" else [], reported=reported)
 
 
 def _init_failure(job: _Job) -> Iterator[_Rec]:
@@ -476,33 +488,46 @@ def _init_failure(job: _Job) -> Iterator[_Rec]:
     yield from _ends(job, dead=failing, hung=[])
 
 
-def _ends(job: _Job, dead: dict[int, str], hung: list[int] | None = None) -> Iterator[_Rec]:
-    """How the launcher reports the end: srun exit lines, or torchrun teardown and failure tables."""
+_SRUN_WHAT = {
+    "exception": "Exited with exit code 1",
+    "exit1": "Exited with exit code 1",
+    "segfault": "Segmentation fault (core dumped)",
+    "oom": "Out Of Memory",
+    "sigkill": "Killed",
+    "abort": "Aborted (core dumped)",
+}
+
+
+def _death_report(job: _Job, rank: int, how: str) -> Iterator[_Rec]:
+    """What SLURM prints when a task dies: the cgroup's OOM report, then srun's exit line."""
+    s = job.spec
+    if how == "oom" and s.layout != "torchrun":
+        t = job.tick(0.1)
+        msg = f"slurmstepd-{job.hosts[job.node(rank)]}: error: Detected 1 oom_kill event in StepId={s.job_id}.0. Some of the step tasks have been OOM Killed."
+        yield _Rec(t, None, job.node(rank), "stepd", msg)
+    if s.layout in ("srun", "per-rank"):
+        t = job.tick(0.05)
+        yield _Rec(t, None, None, "srun", f"srun: error: {job.hosts[job.node(rank)]}: task {rank}: {_SRUN_WHAT[how]}")
+
+
+def _ends(job: _Job, dead: dict[int, str], hung: list[int] | None = None, reported: set[int] | None = None) -> Iterator[_Rec]:
+    """How the launcher reports the end: srun exit lines, or torchrun teardown and failure tables.
+
+    ``reported``: ranks whose death was already reported when it happened.
+    """
     s, rng = job.spec, job.rng
     hung = hung or []
+    reported = set(reported or ())
     job.tick(0.5)
-    if "oom" in dead.values() and s.layout != "torchrun":  # the cgroup's report, from slurmstepd
-        r = next(r for r, how in dead.items() if how == "oom")
-        t = job.tick(0.1)
-        msg = f"slurmstepd-{job.hosts[job.node(r)]}: error: Detected 1 oom_kill event in StepId={s.job_id}.0. Some of the step tasks have been OOM Killed."
-        yield _Rec(t, None, job.node(r), "stepd", msg)
+    c = job.culprit
+    if c in dead and dead[c] != "abort" and c not in reported:  # the task that ended first, on its own line
+        if s.layout in ("srun", "per-rank"):
+            reported.add(c)
+        yield from _death_report(job, c, dead[c])
     if s.layout == "srun-torchrun" or s.layout == "torchrun":
         yield from _torchrun_ends(job, dead, hung)
         return
-    what = {
-        "exception": "Exited with exit code 1",
-        "exit1": "Exited with exit code 1",
-        "segfault": "Segmentation fault (core dumped)",
-        "oom": "Out Of Memory",
-        "sigkill": "Killed",
-        "abort": "Aborted (core dumped)",
-    }
-    c = job.culprit
-    reported: set[int] = set()
-    if c in dead and dead[c] != "abort":  # srun reports the task that ended first on its own line
-        t = job.tick(0.05)
-        yield _Rec(t, None, None, "srun", f"srun: error: {job.hosts[job.node(c)]}: task {c}: {what[dead[c]]}")
-        reported.add(c)
+    what = _SRUN_WHAT
     # everyone else goes down with the step: its own error, a watchdog abort, or srun's SIGKILL
     groups: dict[tuple[int, str], list[int]] = {}
     for r in range(s.ranks):

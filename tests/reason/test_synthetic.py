@@ -120,3 +120,12 @@ def test_every_failure_in_every_layout_names_its_culprit(synth: ModuleType, tmp_
     assert (v.first_failure.rank, v.first_failure.node) == (truth.rank, truth.node)
     # a bare SIGKILL is crash_signal only once a rule says so; the rank is named either way
     assert v.category == truth.category or (failure == "sigkill" and v.category == "unknown")
+
+
+@pytest.mark.parametrize(("failure", "category"), [("oom", "host_oom"), ("segfault", "crash_signal")])
+def test_a_rank_that_died_while_the_others_timed_out_is_not_a_hang(synth: ModuleType, tmp_path: Path, failure: str, category: str) -> None:
+    # NCCL never noticed the death: the other 63 ranks' watchdogs fire ten minutes later
+    report, truth = analyze(synth, tmp_path, ranks=64, nodes=8, failure=failure, peer_symptom="timeout", seed=6)
+    v = report.verdict
+    assert (v.category, v.first_failure.rank, v.first_failure.node) == (category, truth.rank, truth.node)
+    assert report.hang is not None and report.hang["hung"] == [] and len(report.hang["timed_out"]) == 63
