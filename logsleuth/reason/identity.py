@@ -85,6 +85,7 @@ def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
     df = _join(df, ["node", "pid"], "rank")
     df = _join(df, ["node", "local_rank"], "rank")
     df = _node_offsets(df)
+    df = _agent_blocks(df, agents)
     df = _join(df, ["rank"], "node")
     df = _join(df, ["rank"], "local_rank")
     df = _join_unique_pid(df)
@@ -250,6 +251,27 @@ def _node_offsets(df: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.coalesce("rank", (pl.col("local_rank") + pl.col("_off")).cast(pl.Int32)).alias("rank"))
         .drop("_off")
     )
+
+
+def _agent_blocks(df: pl.DataFrame, agents: set[str]) -> pl.DataFrame:
+    """srun starting one torchrun per node: node index = srun task, rank = task * nproc + local rank.
+
+    Applied only when every line that shows both a global and a local rank
+    agrees with that numbering (torchrun's static assignment); it names the
+    workers of nodes where nothing else gave their global ranks.
+    """
+    if not agents:
+        return df
+    mine = df.filter(pl.col("file").is_in(list(agents)) & pl.col("task").is_not_null() & pl.col("local_rank").is_not_null())
+    if mine.is_empty():
+        return df
+    nproc = int(mine.get_column("local_rank").max()) + 1  # type: ignore[arg-type]
+    block = pl.col("task") * nproc + pl.col("local_rank")
+    known = mine.filter(pl.col("rank").is_not_null())
+    if known.is_empty() or not known.select((pl.col("rank") == block).all()).item():
+        return df
+    fill = pl.col("file").is_in(list(agents)) & pl.col("task").is_not_null() & pl.col("local_rank").is_not_null()
+    return df.with_columns(pl.when(fill).then(pl.coalesce("rank", block.cast(pl.Int32))).otherwise(pl.col("rank")).alias("rank"))
 
 
 def _join_unique_pid(df: pl.DataFrame) -> pl.DataFrame:

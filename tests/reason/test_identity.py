@@ -81,8 +81,9 @@ def test_srun_task_is_the_node_when_srun_starts_one_torchrun_per_node() -> None:
     assert (agent["rank"], agent["node"]) == (3, "node02")
     # the task id never becomes a rank in this layout
     assert 1 not in ev.filter(pl.col("kind") == "line").get_column("rank").drop_nulls().to_list()
+    # node 0's worker is numbered from torchrun's blocks: task 0, local rank 0
     step = ev.filter(pl.col("raw").str.contains("step 1")).row(0, named=True)
-    assert (step["node"], step["local_rank"], step["rank"]) == ("node01", 0, None)
+    assert (step["node"], step["local_rank"], step["rank"]) == ("node01", 0, 0)
 
 
 def test_srun_exit_lines_map_tasks_to_nodes() -> None:
@@ -144,3 +145,18 @@ def test_messages_that_name_their_own_rank_give_it() -> None:
         "(world_size=2048, worker_count=1792, timeout=0:30:00)\n"
     )
     assert ev.get_column("rank").to_list() == [4330]
+
+
+def test_srun_per_node_torchrun_numbers_quiet_workers_by_node_block() -> None:
+    # nothing names node 0's workers; node 1's table (rank 3 = local rank 1) fixes 2 workers per node
+    text = SRUN_PER_NODE.replace("0: [default0]:step 1 loss 0.1372", "0: [default1]:loading shard 1\n1: [default0]:loading shard 2")
+    ev = events_of(text)
+    shard = {r["message"]: r["rank"] for r in ev.filter(pl.col("message").str.starts_with("loading")).iter_rows(named=True)}
+    assert shard == {"loading shard 1": 1, "loading shard 2": 2}
+
+
+def test_block_numbering_is_not_guessed_when_the_known_ranks_contradict_it() -> None:
+    # local ranks up to 3 mean 4 workers per node, but rank 3 is local rank 1 on node 1: no block numbering
+    text = SRUN_PER_NODE.replace("0: [default0]:step 1 loss 0.1372", "0: [default3]:loading shard 3")
+    ev = events_of(text)
+    assert ev.filter(pl.col("message") == "loading shard 3").get_column("rank").to_list() == [None]
