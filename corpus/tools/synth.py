@@ -37,7 +37,7 @@ import argparse
 import random
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -78,6 +78,7 @@ class JobSpec:
     cuda: str = "12.6"
     driver: int = 12080
     timeout_ms: int = 600000
+    clock_skew: float = 0.0  # each node's clock is off by up to this many seconds (NTP gone wrong)
     peer_symptom: str = "remote-error"  # how peers of a dead rank notice: remote-error | timeout (NCCL never saw the death)
     job_id: int = 4242
     host_prefix: str = "gpu"
@@ -106,6 +107,7 @@ class Truth:
     category: str
     rank: int | None
     node: str | None
+    clock_skew_s: dict[str, float] = field(default_factory=dict)  # host -> how far its clock is off
 
 
 @dataclass
@@ -135,6 +137,9 @@ class _Job:
         self.odd = spec.odd_node if spec.odd_node is not None else self.node(self.culprit)
         self.t = datetime.fromisoformat(spec.start)
         self.comm_id = f"0x{self.rng.getrandbits(64):016x}"
+        self.skew = [
+            timedelta(seconds=self.rng.uniform(-spec.clock_skew, spec.clock_skew)) if i else timedelta(0) for i in range(spec.nodes)
+        ]
         self.seq = 0
         self.out_bytes = 0  # updated by the renderer: how much has been written so far
 
@@ -154,23 +159,27 @@ class _Job:
 
     # -- line formats -------------------------------------------------------------------------
 
+    def clock(self, t: datetime, node: int) -> datetime:
+        """What ``node``'s own clock says at true time ``t`` (node 0 keeps true time)."""
+        return t + self.skew[node]
+
     def nccl(self, rank: int, msg: str, *, warn: str | None = None, t: datetime | None = None) -> str:
         """``host:pid:tid [dev] NCCL INFO msg``; WARN lines carry ``file:line`` and, from 2.26, a stamp."""
         host, pid, dev = self.hosts[self.node(rank)], self.pids[rank], self.local(rank)
         tid = pid if warn is None else pid + 1 + self.rng.randrange(400)
         if warn is None:
             return f"{host}:{pid}:{tid} [{dev}] NCCL INFO {msg}"
-        stamp = f"[{(t or self.t):%Y-%m-%d %H:%M:%S}] " if _ver(self.nccl_of(rank)) >= (2, 26) else ""
+        stamp = f"[{self.clock(t or self.t, self.node(rank)):%Y-%m-%d %H:%M:%S}] " if _ver(self.nccl_of(rank)) >= (2, 26) else ""
         return f"{stamp}{host}:{pid}:{tid} [{dev}] {warn} NCCL WARN {msg}"
 
-    def c10(self, level: str, where: str, msg: str, t: datetime | None = None) -> str:
-        """PyTorch's C++ log header (c10 glog style, nanoseconds, no pid), without the rank prefix."""
-        t = t or self.t
-        return f"[{level}{t.month}{t:%d %H:%M:%S}.{t.microsecond:06d}{self.rng.randrange(1000):03d} {where}] {msg}"
+    def c10(self, rank: int, level: str, where: str, msg: str, t: datetime | None = None) -> str:
+        """PyTorch's C++ log line (c10 glog style, nanoseconds, no pid) with its ``[rankN]:`` prefix."""
+        t = self.clock(t or self.t, self.node(rank))
+        return f"[rank{rank}]:[{level}{t.month}{t:%d %H:%M:%S}.{t.microsecond:06d}{self.rng.randrange(1000):03d} {where}] {msg}"
 
     def glog(self, level: str, node: int, where: str, msg: str, t: datetime | None = None) -> str:
         """torchrun's Python logging header: ``W0314 09:27:00.123000 4242 torch/.../api.py:1028] msg``."""
-        t = t or self.t
+        t = self.clock(t or self.t, node)
         return f"{level}{t:%m%d %H:%M:%S}.{t.microsecond:06d} {self.agent_pids[node]} {where}] {msg}"
 
 
@@ -187,11 +196,12 @@ def truth(spec: JobSpec) -> Truth:
     """The ground truth of a spec (what a corpus case's case.toml says)."""
     job = _Job(spec)
     label = FAILURES[spec.failure][0]
+    skew = {h: d.total_seconds() for h, d in zip(job.hosts, job.skew, strict=True) if d}
     if spec.failure == "none":
-        return Truth(label, label, None, None)
+        return Truth(label, label, None, None, skew)
     if spec.failure == "nccl_version":
-        return Truth(label, label, None, job.hosts[job.odd])
-    return Truth(label, label, job.culprit, job.hosts[job.node(job.culprit)])
+        return Truth(label, label, None, job.hosts[job.odd], skew)
+    return Truth(label, label, job.culprit, job.hosts[job.node(job.culprit)], skew)
 
 
 # -- the story, in time order -----------------------------------------------------------------
@@ -253,7 +263,7 @@ def _init(job: _Job) -> Iterator[_Rec]:
             "currently unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect. Specify device_ids "
             "in barrier() to force use of a particular device, or call init_process_group() with a device_id."
         )
-        yield _Rec(t, r, job.node(r), "worker", f"[rank{r}]:" + job.c10("W", "ProcessGroupNCCL.cpp:4561", msg, t))
+        yield _Rec(t, r, job.node(r), "worker", job.c10(r, "W", "ProcessGroupNCCL.cpp:4561", msg, t))
     job.seq = 1
 
 
@@ -268,7 +278,7 @@ def _training(job: _Job) -> Iterator[_Rec]:
         job.seq += 2  # gradients all-reduce and a loss all-reduce per step
         loss = max(1.2, loss * (0.985 + 0.01 * rng.random()))
         text = (
-            f"{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d} - train - INFO - step {step} | loss {loss:.4f} | "
+            f"{job.clock(t, 0):%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d} - train - INFO - step {step} | loss {loss:.4f} | "
             f"lr {min(3e-4, 3e-4 * step / 200):.2e} | grad_norm {0.5 + rng.random():.3f} | tok/s {int(150000 + 20000 * rng.random())}"
         )
         yield _Rec(t, 0, 0, "worker", text)
@@ -336,7 +346,7 @@ def _remote_error(job: _Job, r: int, peer: int) -> Iterator[_Rec]:
         ),
         ("ProcessGroupNCCL.cpp:695", f"[Rank {r}] To avoid data inconsistency, we are taking the entire process down."),
     ):
-        yield _Rec(t, r, job.node(r), "worker", f"[rank{r}]:" + job.c10("E", where, msg, t))
+        yield _Rec(t, r, job.node(r), "worker", job.c10(r, "E", where, msg, t))
     for text in (
         "terminate called after throwing an instance of 'c10::DistBackendError'",
         f"  what():  {what}",
@@ -405,14 +415,14 @@ def _failure(job: _Job) -> Iterator[_Rec]:
                 "Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.",
             ),
         ):
-            yield _Rec(t, r, job.node(r), "worker", f"[rank{r}]:" + job.c10("E", where, msg, t))
+            yield _Rec(t, r, job.node(r), "worker", job.c10(r, "E", where, msg, t))
         if r == fired:
             yield _Rec(
                 t,
                 r,
                 job.node(r),
                 "worker",
-                f"[rank{r}]:" + job.c10("E", "ProcessGroupNCCL.cpp:2106", f"{prefix} First PG on this rank to signal dumping.", t),
+                job.c10(r, "E", "ProcessGroupNCCL.cpp:2106", f"{prefix} First PG on this rank to signal dumping.", t),
             )
     if s.failure == "hang":
         t = job.tick(1.0)
@@ -424,7 +434,7 @@ def _failure(job: _Job) -> Iterator[_Rec]:
             "all ranks or the scheduled collective, for some reason, didn't run. Additionally, this can be caused by GIL deadlock or "
             "other reasons such as network errors or bugs in the communications library (e.g. NCCL), etc. "
         )
-        yield _Rec(t, c, job.node(c), "worker", f"[rank{c}]:" + job.c10("E", "ProcessGroupNCCL.cpp:1595", msg, t))
+        yield _Rec(t, c, job.node(c), "worker", job.c10(c, "E", "ProcessGroupNCCL.cpp:1595", msg, t))
     job.tick(1.0)
     for r in timed_out:
         t = job.tick(0.001)
@@ -434,9 +444,8 @@ def _failure(job: _Job) -> Iterator[_Rec]:
             r,
             job.node(r),
             "worker",
-            f"[rank{r}]:"
-            + job.c10(
-                "E", "ProcessGroupNCCL.cpp:695", f"[Rank {r}] To avoid data inconsistency, we are taking the entire process down.", t
+            job.c10(
+                r, "E", "ProcessGroupNCCL.cpp:695", f"[Rank {r}] To avoid data inconsistency, we are taking the entire process down.", t
             ),
         )
         yield _Rec(t, r, job.node(r), "worker", "terminate called after throwing an instance of 'c10::DistBackendError'")
@@ -572,7 +581,7 @@ def _torchrun_ends(job: _Job, dead: dict[int, str], hung: list[int]) -> Iterator
         entries = [head] + [r for r in survivors if r != head]
         table = ["Traceback (most recent call last):", '  File "/opt/conda/bin/torchrun", line 8, in <module>', "    sys.exit(main())"]
         table += ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60, "train.py FAILED", "-" * 60, "Failures:"]
-        stamp, host = f"{t:%Y-%m-%d_%H:%M:%S}", f"{job.hosts[n]}.cluster.internal"
+        stamp, host = f"{job.clock(t, n):%Y-%m-%d_%H:%M:%S}", f"{job.hosts[n]}.cluster.internal"
         others = entries[1:]
         if not others:
             table.append("  <NO_OTHER_FAILURES>")

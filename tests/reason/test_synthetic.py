@@ -129,3 +129,15 @@ def test_a_rank_that_died_while_the_others_timed_out_is_not_a_hang(synth: Module
     v = report.verdict
     assert (v.category, v.first_failure.rank, v.first_failure.node) == (category, truth.rank, truth.node)
     assert report.hang is not None and report.hang["hung"] == [] and len(report.hang["timed_out"]) == 63
+
+
+def test_node_clocks_minutes_apart_are_realigned_on_the_stalled_collective(synth: ModuleType, tmp_path: Path) -> None:
+    # one torchrun log per node, each node's clock up to 2 minutes off
+    report, truth = analyze(synth, tmp_path, ranks=32, nodes=4, layout="torchrun", failure="hang", clock_skew=120.0, seed=8)
+    assert (report.verdict.first_failure.rank, report.verdict.first_failure.node) == (truth.rank, truth.node)
+    offsets = report.timeline["clock_offsets_s"]
+    skew = {f"{host}.log": truth.clock_skew_s.get(host, 0.0) for host in ("gpu001", "gpu002", "gpu003", "gpu004")}
+    ref = next(f for f in skew if not any(f in o for o in offsets))  # the file the others were aligned to
+    for name, off in offsets.items():
+        assert abs(off - (skew[ref] - skew[Path(name).name])) < 0.1
+    assert len(offsets) >= 2 and "aligned" in report.timeline["note"]
