@@ -119,10 +119,13 @@ def _cascade_lines(report: Report, limit: int = 4) -> list[str]:
         if hang.get("first_fired"):
             line += f"; first watchdog: rank(s) {_ranges(sorted(hang['first_fired']), 4)}"
         out.append(line)
-    for s in report.suspect_nodes[:limit]:
+    # on a one-node job the first failure's node says nothing the verdict does not
+    nodes = {r.node for r in report.ranks if r.node}
+    suspects = [s for s in report.suspect_nodes if len(nodes) > 1 or any(not r.startswith("first failure") for r in s.reasons)]
+    for s in suspects[:limit]:
         out.append(f"Suspect node {s.node}: " + "; ".join(s.reasons)[:200])
-    if len(report.suspect_nodes) > limit:
-        out.append(f"… and {len(report.suspect_nodes) - limit} more suspect node(s)")
+    if len(suspects) > limit:
+        out.append(f"… and {len(suspects) - limit} more suspect node(s)")
     return out
 
 
