@@ -28,6 +28,9 @@ _DUMP_STATUS = r"Last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?
 _FIRST = r"First PG on this rank to signal dumping"
 #: Gloo's monitored_barrier names the ranks that did not arrive.
 _MISSED_BARRIER = r"Rank (\d+) failed to pass monitoredBarrier"
+#: A store wait that timed out lists the keys it waited for; per-rank keys end in the rank
+#: (gloo's full-mesh rendezvous: ``keys: /default_pg/0//cpu//0/3``).
+_STORE_WAIT = r"wait timeout after \d+ ?ms, keys: (.+)$"
 #: Gloo's own timeout (also inside a traceback's exception line) and monitored_barrier's.
 #: Causes whose lines say "I waited for the others and gave up": the rank that never came is the culprit.
 WAITING = ("collective_timeout", "rendezvous_timeout")
@@ -108,7 +111,8 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[i
         msg.str.extract(_DUMP, 2).cast(pl.Int64).alias("from"),
         msg.str.extract(_DUMP_STATUS, 1).cast(pl.Int64).alias("enq"),
     )
-    if wd.is_empty() and gloo.is_empty() and status.is_empty() and dump.is_empty():
+    named = _named_missing(ev)
+    if wd.is_empty() and gloo.is_empty() and status.is_empty() and dump.is_empty() and not named:
         return None
     # the watchdog line itself may lack the tag its rank's status line for the same SeqNum has
     tags = status.drop_nulls("pg").select("rank", pl.col("at").alias("seq"), pl.col("pg").alias("_tag")).unique(["rank", "seq"])
@@ -147,14 +151,6 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[i
         behind_nodes = set(ranked.filter(pl.col("rank").is_in(list(behind))).get_column("node").drop_nulls().unique().to_list())
         on_nodes = set(ranked.filter(pl.col("node").is_in(list(behind_nodes))).get_column("rank").unique().to_list())
         quiet &= (stopped or set()) | on_nodes
-    named = {
-        int(r)
-        for r in ev.filter(msg.str.contains(_MISSED_BARRIER))
-        .select(msg.str.extract_all(r"Rank (\d+) failed").explode().str.extract(r"(\d+)", 1).cast(pl.Int64))
-        .to_series()
-        .drop_nulls()
-        .to_list()
-    }
     hung = sorted((set(behind) | quiet | named) - failing - (timed_out - named))
     fired = set(dump.filter(pl.col("self")).get_column("rank").to_list())
     fired |= set(ranked.filter(msg.str.contains(_FIRST)).get_column("rank").to_list())
@@ -180,6 +176,31 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[i
         last_seq=last_seq,
         eids=timeouts.get_column("eid").cast(pl.Int64).to_list(),
     )
+
+
+def is_wait(message: pl.Expr) -> pl.Expr:
+    """Lines in which a rank says it gave up waiting for others."""
+    return message.str.contains(f"{_GLOO}|{_STORE_WAIT}|{_MISSED_BARRIER}|Watchdog caught collective operation timeout").fill_null(False)
+
+
+def is_store_wait(message: pl.Expr) -> pl.Expr:
+    """A wait on the rendezvous store (the process group never formed), not on a collective."""
+    return message.str.contains(_STORE_WAIT).fill_null(False)
+
+
+def _named_missing(ev: pl.DataFrame) -> set[int]:
+    """Ranks other ranks name as missing: monitored_barrier's report, and the per-rank store
+    keys a timed-out wait was still waiting for (agreed on by every waiter that lists keys)."""
+    msg = pl.col("message")
+    barrier = ev.filter(msg.str.contains(_MISSED_BARRIER)).select(msg.str.extract_all(r"Rank (\d+) failed").alias("m")).explode("m")
+    named = {int(r) for r in barrier.get_column("m").str.extract(r"(\d+)", 1).cast(pl.Int64).drop_nulls().to_list()}
+    waits = ev.filter(msg.str.contains(_STORE_WAIT)).select(msg.str.extract(_STORE_WAIT, 1).alias("keys"))
+    if waits.height:
+        per_wait = waits.get_column("keys").str.split(", ").list.eval(pl.element().str.extract(r"/(\d+)$", 1).cast(pl.Int64))
+        sets = [frozenset(x for x in keys if x is not None) for keys in per_wait.to_list()]  # one per wait line: few
+        if sets and all(sets) and len(set(sets)) == 1:
+            named |= set(sets[0])
+    return named
 
 
 def _mode(df: pl.DataFrame, col: str) -> str | None:

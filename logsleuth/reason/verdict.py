@@ -447,8 +447,12 @@ def _refine(
     """
     if lead.category in hangs.WAITING and lead.role != "hang" and hang is not None and hang.hung:
         return _hang_candidate(cands, ev, hang, rules, cause=lead.cause)
-    if lead.cause == "unknown" and hang is not None and hang.hung and set(lead.ranks) <= set(hang.timed_out):
-        return _hang_candidate(cands, ev, hang, rules)  # the unexplained errors were ranks giving up waiting
+    if lead.cause == "unknown" and hang is not None and hang.hung:
+        # the unexplained errors were ranks giving up waiting (their exit records aside)
+        lines = ev.filter(pl.col("eid").is_in(lead.eids) & ~pl.col("kind").is_in(EXIT_KINDS))
+        if lines.select(hangs.is_wait(pl.col("message")).all()).item():
+            store = lines.select(hangs.is_store_wait(pl.col("message")).any()).item()
+            return _hang_candidate(cands, ev, hang, rules, cause="rendezvous_timeout" if store else None)
     if lead.category in ("collective_mismatch", "unknown") and lead.first is None:
         odd = hangs.fingerprints(ev)
         ranks, why = odd if odd else ((hang.odd, hang.mismatch or "") if hang and hang.odd else ([], ""))
@@ -470,7 +474,7 @@ def _refine(
                 f"Rank {rank}{where} left the job without an error while the others still needed it; they failed on the closed connection"
             )
             return lead
-    if lead.role == "primary" and lead.first is None:
+    if lead.role == "primary" and lead.first is None and lead.category not in hangs.WAITING:
         tied = _simultaneous(ev, lead)
         if tied is not None:
             lead.first = _rank_first(ev, tied, among=lead.eids)
@@ -587,7 +591,7 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
     if hang.hung:
         ranks_text = _rank_list(hang.hung)
         summary = (
-            f"{what} timed out on {len(hang.timed_out)} rank(s) because rank {ranks_text}"
+            f"{what} timed out{f' on {len(hang.timed_out)} rank(s)' if hang.timed_out else ''} because rank {ranks_text}"
             f"{' (' + ', '.join(where) + ')' if where else ''} never reached it"
         )
         if hang.behind:
@@ -753,7 +757,7 @@ def _rank_states(
     if table.is_empty():
         return []
     ranked = ranked.sort("pos")
-    ranked = ranked.select("rank", "file", "line", "time", "kind", "cause", "why", "raw", "own", "role", "pos", "source")
+    ranked = ranked.select("rank", "file", "line", "time", "kind", "cause", "why", "raw", "own", "role", "pos", "source", "signal")
     own = ranked.filter(pl.col("own")).group_by("rank", maintain_order=True).first()
     victim = ranked.filter(pl.col("role") == "consequence").group_by("rank", maintain_order=True).first()
     # the last line the rank printed itself; the launcher's lines about it only when there is nothing else
@@ -777,15 +781,21 @@ def _rank_states(
         elif culprit is not None and r == culprit:
             status, ev_row, note = "culprit", o or (ll if r in hung else v) or ll, "failed first"
             if r in hung:
-                note = "never reached the collective the others timed out on"
-        elif o is not None and lead_role == "hang" and hang is not None and r in hang.timed_out:
+                note = "never arrived where the other ranks waited for it"
+        elif (
+            o is not None
+            and lead_role == "hang"
+            and hang is not None
+            and (r in hang.timed_out or (o["kind"] in EXIT_KINDS and not o["signal"]))
+        ):
+            # it reported the wait, or it only exited with an error code while the others waited
             status, ev_row, note = "victim", o, "gave up waiting for the ranks that never came"
         elif o is not None and mismatch and o.get("cause") in (None, "collective_mismatch"):
             status, ev_row, note = "victim", o, "reported the mismatched collective"
         elif o is not None:
             status, ev_row, note = "failed", o, "failed on its own"
         elif r in hung:
-            status, ev_row, note = "hung", ll, "never reached the collective the others timed out on"
+            status, ev_row, note = "hung", ll, "never arrived where the other ranks waited for it"
         elif v is not None:
             status, ev_row, note = "victim", v, v.get("why") or "failed because another rank did"
         elif ll is None and world.len():

@@ -40,6 +40,7 @@ def statuses(report: logsleuth.Report) -> dict[int, str]:
         ("real-abort-srun-2task", 1, "node01"),
         ("real-oom-srun-4task", 2, "node01"),
         ("real-hang-srun-4task", 1, "node01"),
+        ("real-hang-before-init-torchrun-4rank", 3, "node01"),
     ],
 )
 def test_first_failure_is_the_faulty_rank_and_the_rest_are_victims(case: str, rank: int, node: str) -> None:
@@ -176,3 +177,12 @@ def test_a_log_cut_off_right_after_an_error_still_counts_as_a_failure(write) -> 
     text = (DATA / "real-harmless-torchrun-2rank" / "torchrun.log").read_text()
     cut = text[: text.index("metrics: connected")]
     assert logsleuth.analyze([write("torchrun.log", cut)]).verdict.category == "unknown"
+
+
+def test_store_keys_still_awaited_name_the_rank_that_never_reached_init() -> None:
+    # rank 3 never called init_process_group; the others' pre-init errors carry no rank prefix,
+    # but each lists the key it waited for: keys: /default_pg/0//cpu//0/3
+    report = analyze("real-hang-before-init-torchrun-4rank")
+    v = report.verdict
+    assert (v.category, v.first_failure.rank) == ("rendezvous_timeout", 3)
+    assert report.hang is not None and report.hang["hung"] == [3]
