@@ -9,7 +9,7 @@ wrong; an interface such as docker0, virbr0 or lo, or an address in 172.17/16,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -32,7 +32,6 @@ class Finding:
     summary: str
     weight: float  # how sure the finding alone makes us of its cause
     corroborated: bool = False  # failure lines of other ranks point at the odd node
-    details: dict[str, object] = field(default_factory=dict)
 
 
 def check(events: pl.DataFrame) -> list[Finding]:
@@ -110,7 +109,6 @@ def _nccl_says_mismatch(ev: pl.DataFrame) -> list[Finding]:
             summary=f"NCCL refused to start: NCCL {_dotted(odd_version)} on {where} differs from {_dotted(major)} on the other ranks",
             weight=0.9,
             corroborated=True,
-            details={"majority": major, "odd": [odd_version]},
         )
     ]
 
@@ -149,18 +147,7 @@ def _disagree(sub: pl.DataFrame, what: str, cause: str, weight: float) -> list[F
     evidence.append(int(sub.filter(pl.col("value") == major).get_column("eid").min()))  # type: ignore[arg-type]
     where = _names(nodes) if nodes else ", ".join(units[:8])
     summary = f"{what} {odd_values} on {where} differs from {major} on the other {n_major} {_unit_word(sub)}"
-    return [
-        Finding(
-            cause=cause,
-            what=what,
-            nodes=nodes,
-            ranks=ranks,
-            eids=[int(e) for e in evidence],
-            summary=summary,
-            weight=weight,
-            details={"majority": major, "odd": groups.get_column("value")[1:].to_list()},
-        )
-    ]
+    return [Finding(cause=cause, what=what, nodes=nodes, ranks=ranks, eids=[int(e) for e in evidence], summary=summary, weight=weight)]
 
 
 def _unit_word(sub: pl.DataFrame) -> str:
@@ -209,7 +196,6 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
                 summary,
                 0.9 if mentioned.height else 0.75,
                 corroborated=mentioned.height > 0,
-                details={"interfaces": ifaces, "addresses": addrs},
             )
         )
     else:

@@ -23,7 +23,7 @@ _COMM_ID = r"commId (0x[0-9a-fA-F]+)"
 
 @dataclass
 class Timeline:
-    """``order``: eid, pos (0 = earliest), t (best estimate on a common clock), stamped."""
+    """``order``: eid, pos (0 = earliest), t (best estimate on a common clock)."""
 
     order: pl.DataFrame
     ordering: str  # timestamps | mixed | line-order
@@ -36,7 +36,7 @@ def build(events: pl.DataFrame, focus: pl.Series | None = None) -> Timeline:
     matters for the verdict; how many of them carry a stamp decides ``ordering``."""
     df = events.select("file", "line", "time", "kind", "message", "elapsed_ms", "seq", "op").with_row_index("eid")
     if df.is_empty():
-        empty = pl.DataFrame(schema={"eid": pl.UInt32(), "pos": pl.UInt32(), "t": pl.Datetime("us"), "stamped": pl.Boolean()})
+        empty = pl.DataFrame(schema={"eid": pl.UInt32(), "pos": pl.UInt32(), "t": pl.Datetime("us")})
         return Timeline(empty, "line-order", "no events")
     measured = _offsets(df)
     offsets = {f: o for f, o in measured.items() if abs(o) >= MIN_OFFSET_S}
@@ -47,7 +47,7 @@ def build(events: pl.DataFrame, focus: pl.Series | None = None) -> Timeline:
         pl.coalesce("_own", pl.col("_own").forward_fill().over("_f"), pl.col("_own").backward_fill().over("_f")).alias("t")
     )
     df = df.sort("t", "_f", "line", "eid", nulls_last=False).with_row_index("pos")
-    order = df.select("eid", "pos", "t", pl.col("_own").is_not_null().alias("stamped"))
+    order = df.select("eid", "pos", "t")
     ordering, note = _trust(df, focus, offsets, checked=len(measured))
     return Timeline(order.sort("eid"), ordering, note, offsets)
 

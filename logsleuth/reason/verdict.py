@@ -141,7 +141,6 @@ class Reasoning:
     notes: list[str]
     hang: hangs.Hang | None = None
     suspects: list[Suspect] = field(default_factory=list)
-    findings: list[consistency.Finding] = field(default_factory=list)
     ordering: str = "line-order"
     ordering_note: str = ""
     offsets: dict[str, float] = field(default_factory=dict)
@@ -208,7 +207,6 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         notes=notes,
         hang=hang,
         suspects=_suspects(candidates, findings, ranks, hang, first),
-        findings=findings,
         ordering=tl.ordering,
         ordering_note=tl.note,
         offsets=tl.offsets,
