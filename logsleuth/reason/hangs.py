@@ -79,11 +79,12 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[i
     ``alive``: ranks known to have run (they printed, or were killed); ``failing``:
     ranks with a failure of their own, which are never called hung; ``stopped``:
     ranks the launcher had to kill at the end (still running: a sign of a hang).
-    When the silent ranks outnumber the ranks that timed out, the logs are more
-    likely incomplete than the job mostly hung: only silent ranks the launcher
-    had to stop, or on the node of a rank shown behind, are called hung then. Process
-    groups are told apart by their ``[PG n ...]`` tag; when some lines lack
-    the tag (older PyTorch), all lines are read as one group.
+
+    Process groups are told apart by their ``[PG n ...]`` tag; when some lines
+    lack it (older PyTorch), all lines are read as one group. When the silent
+    ranks outnumber the ranks that timed out, the logs are more likely
+    incomplete than the job mostly hung: only silent ranks the launcher had to
+    stop, or on the node of a rank shown behind, are called hung then.
     """
     msg = pl.col("message")
     ranked = ev.filter(pl.col("rank").is_not_null())
