@@ -95,6 +95,8 @@ def terminal(report: Report, *, color: bool = True, width: int | None = None) ->
         for status, ranks in rows:
             table.add_row(status, ranks)
         console.print(table)
+    for line in _cascade_lines(report):
+        console.print(escape(line))
     others = report.candidates[1:4]
     if others:
         console.print("[bold]Other candidates[/]  " + ", ".join(f"{escape(c.cause)} ({c.confidence:.0%})" for c in others))
@@ -106,6 +108,28 @@ def terminal(report: Report, *, color: bool = True, width: int | None = None) ->
     for note in report.notes:
         console.print(f"[dim]note: {escape(note)}[/]")
     return buf.getvalue()
+
+
+def _cascade_lines(report: Report, limit: int = 4) -> list[str]:
+    """The stalled collective and the suspect nodes, a line each (compact for thousands of ranks)."""
+    out = []
+    hang = report.hang
+    if hang and (hang.get("hung") or hang.get("timed_out")):
+        what = f"{hang['op']} SeqNum {hang['seq']}" if hang.get("op") and hang.get("seq") is not None else "a collective"
+        line = f"Stalled: {what} timed out on {len(hang['timed_out'])} rank(s)"
+        if hang.get("hung"):
+            line += f"; never reached by rank(s) {_ranges(sorted(hang['hung']), 8)}"
+        if hang.get("first_fired"):
+            line += f"; first watchdog: rank(s) {_ranges(sorted(hang['first_fired']), 4)}"
+        out.append(line)
+    # on a one-node job the first failure's node says nothing the verdict does not
+    nodes = {r.node for r in report.ranks if r.node}
+    suspects = [s for s in report.suspect_nodes if len(nodes) > 1 or any(not r.startswith("first failure") for r in s.reasons)]
+    for s in suspects[:limit]:
+        out.append(f"Suspect node {s.node}: " + "; ".join(s.reasons)[:200])
+    if len(suspects) > limit:
+        out.append(f"… and {len(suspects) - limit} more suspect node(s)")
+    return out
 
 
 def _md_escape(text: str) -> str:
@@ -134,6 +158,9 @@ def markdown(report: Report, *, heading: str = "##") -> str:
     rows = _rank_summary(report)
     if rows:
         out += ["| status | ranks |", "|---|---|"] + [f"| {s} | {_md_escape(r)} |" for s, r in rows] + [""]
+    cascade = _cascade_lines(report)
+    if cascade:
+        out += [f"- {_md_escape(line)}" for line in cascade] + [""]
     if len(report.candidates) > 1:
         out += ["<details><summary>Other candidates</summary>", ""]
         out += [f"- `{c.cause}` ({c.category}), {c.confidence:.0%}" for c in report.candidates[1:]]
