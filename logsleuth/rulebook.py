@@ -122,7 +122,7 @@ def load(extra: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True) 
             data = _read_toml(path)
             for cause in _causes(path, data):
                 causes[cause.id] = cause
-            for rule in _rules(path, data):
+            for rule in _rules(path, data, trusted=folder == BUILTIN_RULES):
                 rules[rule.id] = rule
     return RuleSet(rules=list(rules.values()), causes=causes, sources=[str(f) for f in folders])
 
@@ -147,15 +147,16 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise RuleError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def _line_of(path: Path, needle: str) -> int:
+def _line_of(lines: list[str], needle: str) -> int:
     """1-based line where ``needle`` first appears (for file:line messages)."""
+    return next((no for no, text in enumerate(lines, 1) if needle in text), 1)
+
+
+def _lines(path: Path) -> list[str]:
     try:
-        for no, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if needle in text:
-                return no
+        return path.read_text(encoding="utf-8").splitlines()
     except OSError:
-        pass
-    return 1
+        return []
 
 
 def _prose(value: Any) -> str:
@@ -172,8 +173,9 @@ def _tuple(value: Any) -> tuple[str, ...]:
 
 
 def _causes(path: Path, data: Mapping[str, Any]) -> Iterable[Cause]:
+    lines = _lines(path)
     for cid, body in (data.get("cause") or {}).items():
-        where = f"{path}:{_line_of(path, f'[cause.{cid}]')}"
+        where = f"{path}:{_line_of(lines, f'[cause.{cid}]')}"
         if not isinstance(body, dict):
             raise RuleError(f"{where}: cause.{cid} must be a table")
         parent = body.get("parent", cid)
@@ -211,11 +213,19 @@ _RULE_KEYS = {
 }
 
 
-def _rules(path: Path, data: Mapping[str, Any]) -> Iterable[Rule]:
+#: Constructs polars' linear-time engine lacks: look-around and back-references.
+_NEEDS_BACKTRACKING = re.compile(r"\(\?<?[=!]|\\[1-9]|\\k<|\(\?P=")
+
+
+def _rules(path: Path, data: Mapping[str, Any], *, trusted: bool) -> Iterable[Rule]:
+    """Rules of one file. ``trusted`` (the built-in rules, which the test suite
+    compiles) skips compiling every pattern at load, which would cost start-up
+    time on every run; users' rules are compiled here so errors name file:line."""
+    lines = _lines(path)
     for body in data.get("rule") or []:
         rid = str(body.get("id", "?"))
-        needle = f'id = "{rid}"'
-        where = f"{path}:{_line_of(path, needle)}"
+        needle = 'id = "' + rid + '"'
+        where = f"{path}:{_line_of(lines, needle)}"
         unknown = set(body) - _RULE_KEYS
         if unknown:
             raise RuleError(f"{where}: rule {rid}: unknown field(s) {', '.join(sorted(unknown))}")
@@ -236,15 +246,10 @@ def _rules(path: Path, data: Mapping[str, Any]) -> Iterable[Rule]:
         if bad:
             raise RuleError(f"{where}: rule {rid}: scope on unknown column(s) {', '.join(sorted(bad))}")
         patterns = _tuple(body["patterns"])
-        engine = "polars"
-        for pat in (*patterns, *_tuple(body.get("exclude"))):
-            problem = _compile_problem(pat)
-            if problem is None:
-                continue
-            if _python_problem(pat) is None:
-                engine = "python"
-            else:
-                raise RuleError(f"{where}: rule {rid}: pattern does not compile: {problem}: {pat!r}")
+        all_patterns = (*patterns, *_tuple(body.get("exclude")))
+        engine = "python" if any(_NEEDS_BACKTRACKING.search(p) for p in all_patterns) else "polars"
+        if not trusted:
+            engine = _engine(where, rid, all_patterns)
         yield Rule(
             id=rid,
             name=str(body["name"]),
@@ -265,6 +270,31 @@ def _rules(path: Path, data: Mapping[str, Any]) -> Iterable[Rule]:
             engine=engine,
             deferred=deferred,
         )
+
+
+def _engine(where: str, rid: str, patterns: Sequence[str]) -> str:
+    """Compile every pattern: 'polars' if the linear-time engine takes them all,
+    'python' if some need the regex package; a pattern neither takes is an error."""
+    engine = "polars"
+    for pat in patterns:
+        problem = _compile_problem(pat)
+        if problem is None:
+            continue
+        if _python_problem(pat) is not None:
+            raise RuleError(f"{where}: rule {rid}: pattern does not compile: {problem}: {pat!r}")
+        engine = "python"
+    return engine
+
+
+def compile_problems(rule: Rule) -> list[str]:
+    """Why a loaded rule's patterns do not compile (empty when they do); `rules check` uses it."""
+    try:
+        engine = _engine(rule.origin, rule.id, (*rule.patterns, *rule.exclude))
+    except RuleError as exc:
+        return [str(exc)]
+    if engine != rule.engine:
+        return [f"{rule.origin}: rule {rule.id}: runs on the {rule.engine} engine but needs {engine}"]
+    return []
 
 
 def _compile_problem(pattern: str) -> str | None:

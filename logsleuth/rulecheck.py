@@ -16,7 +16,7 @@ import polars as pl
 import regex
 
 from . import ingest, match, parse
-from .rulebook import Rule, RuleSet, validate
+from .rulebook import Rule, RuleSet, compile_problems, validate
 
 #: Inputs that make a backtracking regex blow up; a fallback pattern must stay fast on them.
 _ADVERSARIAL = ("a" * 3000 + "!", " " * 3000 + "x", "0" * 3000 + "x", "a" * 1500 + " " * 1500 + "!")
@@ -57,6 +57,9 @@ def example_results(rules: RuleSet) -> dict[ExampleKey, bool]:
 def check(rules: RuleSet) -> list[str]:
     """All problems, as ``file:line: message`` strings (empty when the set is valid)."""
     problems = validate(rules)
+    compiled = [p for rule in rules.rules for p in compile_problems(rule)]
+    if compiled:  # examples cannot run through patterns that do not compile
+        return problems + compiled
     results = example_results(rules)
     for rule in rules.rules:
         problems.extend(_check_examples(rule, results))
