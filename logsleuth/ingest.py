@@ -12,6 +12,7 @@ Bad input never raises: every problem becomes a message in the input's
 from __future__ import annotations
 
 import collections
+import functools
 import glob
 import gzip
 import io
@@ -184,13 +185,19 @@ class _Keeper:
     """
 
     def __init__(self, keywords: tuple[str, ...]) -> None:
-        self.keywords = [k for k in keywords if not any(o != k and o in k for o in keywords)]
-        self.pattern = "|".join(_rust_escape(k) for k in sorted(self.keywords))
+        self.keywords, self.pattern = _minimal_pattern(keywords)
 
     def mask(self, text: pl.Series) -> pl.Series:
         if not self.keywords:
             return pl.Series(values=[True] * len(text), dtype=pl.Boolean)
         return text.str.contains(self.pattern).fill_null(False)
+
+
+@functools.lru_cache(maxsize=4)
+def _minimal_pattern(keywords: tuple[str, ...]) -> tuple[list[str], str]:
+    """Drop keywords that contain another (quadratic, so remembered), join the rest."""
+    kept = sorted(k for k in keywords if not any(o != k and o in k for o in keywords))
+    return kept, "|".join(_rust_escape(k) for k in kept)
 
 
 def _rust_escape(literal: str) -> str:

@@ -81,18 +81,26 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     if slow:
         columns.append(pl.DataFrame([_python_hits(events, r) for r in slow]))
     table = pl.concat(columns, how="horizontal")
-    # one small frame per rule (a loop over rules, not lines): hits are few
-    parts = [
-        pl.DataFrame({"eid": table.get_column(r.id).arg_true().cast(pl.UInt32)}).with_columns(
-            pl.lit(r.id).alias("rule"),
-            pl.lit(r.cause).alias("cause"),
-            pl.lit(rules.category(r.cause)).alias("category"),
-            pl.lit(r.role).alias("role"),
-            pl.lit(r.weight, dtype=pl.Float64).alias("weight"),
-        )
-        for r in rules.rules
-    ]
-    hits = pl.concat(parts).sort("eid", "rule")
+    # the true cells of the rule columns, as (event, rule index); then the rules' fields by index
+    eids = [table.get_column(r.id).arg_true() for r in rules.rules]
+    index = pl.Series("_r", range(len(rules.rules)), dtype=pl.UInt32)
+    which = pl.select(index.repeat_by(pl.Series([len(e) for e in eids], dtype=pl.UInt32)).explode()).to_series()
+    meta = pl.DataFrame(
+        {
+            "_r": index,
+            "rule": [r.id for r in rules.rules],
+            "cause": [r.cause for r in rules.rules],
+            "category": [rules.category(r.cause) for r in rules.rules],
+            "role": [r.role for r in rules.rules],
+            "weight": [float(r.weight) for r in rules.rules],
+        }
+    )
+    hits = (
+        pl.DataFrame({"eid": pl.concat(eids).cast(pl.UInt32), "_r": which})
+        .join(meta, on="_r", how="left")
+        .select(list(HITS_SCHEMA))
+        .sort("eid", "rule")
+    )
     deferred = [r.id for r in rules.rules if r.deferred]
     return _defer(hits, events, deferred) if deferred else hits
 

@@ -113,8 +113,33 @@ class RuleSet:
 
 
 def load(extra: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True) -> RuleSet:
-    """Load the built-in rules and then each extra folder or file (overriding by id)."""
+    """Load the built-in rules and then each extra folder or file (overriding by id).
+
+    Loads are remembered for as long as no rule file changes (name, size,
+    mtime): the CLI validates ``--rules`` before analysing, and the analysis
+    then loads the same files again for free.
+    """
     folders = ([BUILTIN_RULES] if builtin else []) + [Path(p) for p in extra]
+    files = [path for folder in folders for path in _rule_files(folder)]
+    key = tuple((str(p), *_stamp(p)) for p in files)
+    if key not in _LOADED:
+        _LOADED.clear()  # one entry is enough: the same rules are loaded again and again
+        _LOADED[key] = _load(folders)
+    return _LOADED[key]
+
+
+_LOADED: dict[tuple[tuple[object, ...], ...], RuleSet] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _load(folders: list[Path]) -> RuleSet:
     causes: dict[str, Cause] = {}
     rules: dict[str, Rule] = {}
     for folder in folders:
