@@ -10,9 +10,11 @@ give one event per link; ``detail`` names the link before.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
-from .common import claim
+from .common import claim, streams_with
 
 HEADER = "Traceback (most recent call last):"
 _FRAME = r'^\s+File "([^"]+)", line (\d+)(?:, in (.+))?'
@@ -31,7 +33,19 @@ _FOREIGN = r"NCCL (?:INFO|WARN)|^(?:slurmstepd|srun)[\w.-]*: "
 
 
 def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Return (the table without traceback lines, one event per traceback)."""
+    """Return (the table without traceback lines, one event per traceback).
+
+    Only streams that print a traceback header are folded.
+    """
+    inside, others = streams_with(df, "^" + re.escape(HEADER))
+    if inside.is_empty():
+        return df, df.clear()
+    rest, folded = _fold(inside)
+    return pl.concat([rest, others], how="diagonal_relaxed"), folded
+
+
+def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Fold the tracebacks of streams that have one."""
     msg = pl.col("msg")
     foreign = pl.col("origin").is_not_null() | msg.str.contains(_FOREIGN)
     t = df.sort("stream", "line").with_columns(
