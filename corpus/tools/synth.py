@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from logsleuth.hostlist import collect_ranges
+
 #: failure -> (label, what happens); the label is a taxonomy id (shared/taxonomy.md).
 FAILURES: dict[str, tuple[str, str]] = {
     "none": ("none", "a clean run: training finishes"),
@@ -546,7 +548,7 @@ def _ends(job: _Job, dead: dict[int, str], hung: list[int] | None = None, report
         t = job.tick(0.02)
         members = groups[(node, how)]
         word = "tasks" if len(members) > 1 else "task"
-        yield _Rec(t, None, None, "srun", f"srun: error: {job.hosts[node]}: {word} {_ranges(members)}: {how}")
+        yield _Rec(t, None, None, "srun", f"srun: error: {job.hosts[node]}: {word} {collect_ranges(members)}: {how}")
 
 
 def _torchrun_ends(job: _Job, dead: dict[int, str], hung: list[int]) -> Iterator[_Rec]:
@@ -614,18 +616,6 @@ def _cfe_entry(job: _Job, idx: int, rank: int, exitcode: str, stamp: str, host: 
         "  error_file: <N/A>",
         f"  traceback : {tb}",
     ]
-
-
-def _ranges(ids: list[int]) -> str:
-    nums = sorted(ids)
-    spans, i = [], 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        spans.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return ",".join(spans)
 
 
 # -- layout: records -> (file, line) ------------------------------------------------------------
