@@ -96,12 +96,13 @@ def build(
     }
     cands = reasoning.candidates
     ff = reasoning.first_failure
-    if cands:
+    if cands and cands[0].category not in ("none", "unknown"):
         lead = cands[0]
         cause = rules.cause(lead.cause)
         ev_ids = _pick_evidence(events, lead.eids)
         first = events.row(lead.eids[0], named=True)
-        rule = rules_by_id.get(best_rule.get(lead.eids[0], ""), None)
+        rule_id = best_rule.get(lead.eids[0], "")
+        rule = rules_by_id.get(rule_id) if rule_id in lead.rules else None
         fields = {k: v for k, v in first.items() if v is not None}
         fields["rank"] = ff.get("rank")
         fields["node"] = ff.get("node")
@@ -132,11 +133,11 @@ def build(
             .get_column("eid")
             .to_list()
         )
-        category = "unknown" if reasoning.failed else "none"
+        category = cands[0].category if cands else "unknown" if reasoning.failed else "none"
         verdict = Verdict(
             cause=category,
             category=category,
-            confidence=0.5 if category == "unknown" else 0.8,
+            confidence=cands[0].confidence if cands else 0.5 if category == "unknown" else 0.8,
             first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
             evidence=_evidence(events, _pick_evidence(events, failures, 3), best_rule),
             summary=_UNKNOWN_SUMMARY if category == "unknown" else _NONE_SUMMARY,

@@ -1,0 +1,102 @@
+"""Fusion: rules, reasoning and classifier -> one ranked list, calibrated, abstaining when unsure."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from logsleuth import classify, fuse, match, reason, rulebook
+from logsleuth.report.build import build
+
+from .conftest import events_of
+from .data_torchrun import TORCHRUN_VALUEERROR
+
+LABELS = ["cuda_oom", "user_code_error", "peer_failure", "unknown", "none"]
+OOM_JOB = """
+    [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.10 GiB
+    srun: error: node01: task 3: Exited with exit code 1
+"""
+
+
+def model(threshold: float = 0.3) -> classify.Model:
+    """A model whose fusion simply adds rule confidence, rule rank and classifier log-probability."""
+    dim = 16
+    return classify.Model(
+        LABELS,
+        np.zeros((dim, len(LABELS)), np.float32),
+        np.zeros(len(LABELS), np.float32),
+        np.ones(dim, np.float32),
+        classify.FeatureConfig(dim, ()),
+        1.0,
+        classify.Fusion((1.0, 1.0, 1.0, 1.0, 1.0), threshold),
+    )
+
+
+def reasoned(text: str) -> tuple[pl.DataFrame, reason.Reasoning]:
+    rules = rulebook.load()
+    ev = events_of(text)
+    return ev, reason.reason(ev, match.match(ev, rules), rules)
+
+
+def prediction(probs: dict[str, float], evidence: dict[str, list[int]] | None = None) -> classify.Prediction:
+    rest = (1.0 - sum(probs.values())) / (len(LABELS) - len(probs))
+    return classify.Prediction({label: probs.get(label, rest) for label in LABELS}, evidence or {})
+
+
+def test_without_a_model_the_rules_reasoning_passes_through() -> None:
+    ev, r = reasoned(OOM_JOB)
+    assert fuse.fuse(ev, r, None, None) is r
+
+
+def test_a_confident_classifier_names_a_cause_no_rule_knows_and_shows_its_lines() -> None:
+    ev, r = reasoned(OOM_JOB)
+    assert "cuda_oom" not in {c.category for c in r.candidates}  # no rule for this wording on this branch
+    oom_line = ev.with_row_index("eid").filter(pl.col("message").str.contains("out of memory")).get_column("eid")[0]
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}, {"cuda_oom": [oom_line]}), model())
+    lead = out.candidates[0]
+    assert (lead.category, lead.eids, lead.rules) == ("cuda_oom", [oom_line], [])
+    assert out.first_failure["rank"] == 3
+    assert any("learned classifier" in n for n in out.notes)
+    report = build(ev, match.match(ev, rulebook.load()), out, rulebook.load(), [], version="")
+    assert report.verdict.category == "cuda_oom" and "out of memory" in report.verdict.evidence[0].text
+
+
+def test_below_the_threshold_the_verdict_is_unknown_and_the_guesses_still_follow() -> None:
+    ev, r = reasoned(TORCHRUN_VALUEERROR)
+    assert r.candidates[0].category == "user_code_error"
+    flat = prediction({"cuda_oom": 0.22, "user_code_error": 0.21, "peer_failure": 0.2})
+    best = fuse.fused_probs(r, flat, model())
+    assert max(best, key=best.__getitem__) == "user_code_error"
+    out = fuse.fuse(ev, r, flat, model(threshold=0.99))
+    cats = [c.category for c in out.candidates]
+    assert cats[0] == "unknown" and cats[1] == "user_code_error" and cats.count("unknown") == 1
+    assert out.candidates[0].confidence == round(1 - best["user_code_error"], 3)
+    assert any("does not decide" in n for n in out.notes)
+    report = build(ev, match.match(ev, rulebook.load()), out, rulebook.load(), [], version="")
+    assert report.verdict.category == "unknown" and [c.category for c in report.candidates][:2] == cats[:2]
+
+
+def test_fused_confidences_are_probabilities_in_rank_order() -> None:
+    ev, r = reasoned(OOM_JOB)
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.5, "user_code_error": 0.3}), model(threshold=0.0))
+    conf = [c.confidence for c in out.candidates if not c.rules or c is out.candidates[0]]
+    assert conf == sorted(conf, reverse=True) and all(0.0 <= c <= 1.0 for c in conf)
+    assert abs(sum(fuse.fused_probs(r, prediction({"cuda_oom": 0.5}), model()).values()) - 1) < 1e-9
+
+
+def test_a_clean_run_stays_none_when_the_classifier_agrees() -> None:
+    ev, r = reasoned("epoch 3 step 900/1000 | loss 0.41\nTraining completed.\n")
+    assert not r.failed and not r.candidates
+    out = fuse.fuse(ev, r, prediction({"none": 0.8}), model())
+    assert out.candidates[0].category == "none"
+    report = build(ev, match.match(ev, rulebook.load()), out, rulebook.load(), [], version="")
+    assert report.verdict.category == "none"
+
+
+def test_signals_mark_the_rules_first_candidate_and_their_silence() -> None:
+    ev, r = reasoned(OOM_JOB)
+    s = fuse.signals(r, {"cuda_oom": 1.0}, LABELS)
+    assert s.shape == (len(LABELS), len(fuse.SIGNALS))
+    unknown = LABELS.index("unknown")
+    assert s[unknown, fuse.SIGNALS.index("rules_say_unknown")] == (1.0 if r.failed and not r.candidates else 0.0)
+    assert s[LABELS.index("cuda_oom"), fuse.SIGNALS.index("classifier_logp")] == 0.0
