@@ -2,7 +2,7 @@
 
 Exit status (stable; see README):
   0  the analysis ran (whatever the verdict)
-  1  --fail-on matched the verdict
+  1  --fail-on matched the verdict; for `repro`: the reproduction failed or gave wrong results
   2  usage error (bad option, unknown format, invalid rules)
   3  no readable input: every input was missing, empty, binary or unreadable
   4  the analysis itself failed (a logsleuth bug); a report is still printed
@@ -285,6 +285,121 @@ def explain(
     if cause.references:
         lines += ["", "References:"] + [f"  {u}" for u in cause.references]
     typer.echo("\n".join(lines))
+
+
+@app.command()
+def repro(
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Logs of the failed job (optional: the flags alone also work).", show_default=False)
+    ] = None,
+    op: Annotated[str | None, typer.Option(help="all_reduce, all_gather, reduce_scatter, broadcast, all_to_all or barrier.")] = None,
+    numel: Annotated[int | None, typer.Option(help="Elements per rank's input (the watchdog's NumelIn).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="float32, float16, bfloat16, float64, int32, int64, int8 or uint8.")] = None,
+    nproc: Annotated[int | None, typer.Option(help="Processes to start here, and per node in an emitted script.")] = None,
+    world_size: Annotated[int | None, typer.Option(help="WORLD_SIZE the local processes are told (default: --nproc).")] = None,
+    backend: Annotated[str | None, typer.Option(help="auto (NCCL where GPUs are, else gloo), gloo or nccl.")] = None,
+    iters: Annotated[int | None, typer.Option(help="Timed iterations.")] = None,
+    warmup: Annotated[int | None, typer.Option(help="Warm-up iterations before timing.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds the whole run may take; then every process is killed.")] = None,
+    pg_timeout: Annotated[
+        float | None, typer.Option(help="Seconds the process group waits for a collective or missing ranks (default: half of --timeout).")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option(help="NAME=VALUE for the processes (NCCL_/GLOO_/TORCH_/MASTER_/CUDA_; repeatable).")
+    ] = None,
+    nodes: Annotated[str | None, typer.Option(help="Nodes for --emit, e.g. node01,node02 or node[01-04].")] = None,
+    emit: Annotated[str | None, typer.Option(help="Write a script instead of running: sbatch or torchrun.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the result or script to this file instead of stdout.")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal or json.")] = "terminal",
+    logs: Annotated[Path | None, typer.Option(help="Keep the processes' output in this folder (repro.log).")] = None,
+    rules: RulesOpt = None,
+    color: Annotated[bool | None, typer.Option("--color/--no-color", help="Colour in the terminal format.")] = None,
+) -> None:
+    """Re-run the suspect collective with the job's shape and environment: pass or fail, correct or not, how fast.
+
+    Exit status: 0 it passed (or a script was written), 1 it failed or gave wrong results,
+    2 usage error, 3 no readable input.
+    """
+    from .repro.emit import KINDS, nccl_tests, script
+    from .repro.plan import PlanError, find, make_plan, parse_env
+
+    if fmt not in ("terminal", "json"):
+        _err(f"unknown --format {fmt!r}; choose terminal or json")
+        raise typer.Exit(EXIT_USAGE)
+    if emit is not None and emit not in KINDS:
+        _err(f"unknown --emit {emit!r}; choose one of {', '.join(KINDS)}")
+        raise typer.Exit(EXIT_USAGE)
+    _load_rules_or_exit(rules)
+    found = None
+    if paths:
+        from .api import analyze as run_analysis
+        from .api import events_for
+
+        table, inputs = events_for(paths, rules=rules)
+        for inp in inputs:
+            for problem in inp.problems:
+                _err(f"{inp.file}: {problem}")
+        if not any(i.lines for i in inputs):
+            _err("no readable input: nothing to take the collective from")
+            raise typer.Exit(EXIT_NO_INPUT)
+        found = find(table, run_analysis(paths, rules=rules).verdict)
+    try:
+        plan = make_plan(
+            found,
+            op=op,
+            numel=numel,
+            dtype=dtype,
+            nproc=nproc,
+            world_size=world_size,
+            backend=backend,
+            iters=iters,
+            warmup=warmup,
+            timeout_s=timeout,
+            pg_timeout_s=pg_timeout,
+            env=parse_env(env or []),
+            nodes=nodes,
+        )
+        if emit:
+            _write(output, script(plan, emit))
+            perf = nccl_tests(plan, world=plan.nnodes * plan.nproc)
+            for note in plan.notes:
+                _err(f"note: {note}")
+            if output:
+                _err(f"wrote {emit} script to {output}")
+            _err(f"nccl-tests equivalent: {perf}" if perf else "nccl-tests has no barrier test")
+            return
+        from .repro.run import reproduce
+        from .repro.view import terminal
+
+        result = reproduce(plan, logs=logs, rules=rules)
+    except PlanError as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    if fmt == "json":
+        import json
+
+        text = json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    else:
+        text = terminal(result, color=(sys.stdout.isatty() and output is None) if color is None else color)
+    _write(output, text)
+    if not result.ok:
+        raise typer.Exit(EXIT_FAIL_ON)
+
+
+def _write(output: Path | None, text: str) -> None:
+    """To the chosen file (and nowhere else), or to stdout."""
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+        if text.startswith("#!"):
+            output.chmod(0o755)
+    except OSError as exc:
+        _err(f"cannot write {output}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 @app.command()
