@@ -17,7 +17,7 @@ from typing import BinaryIO
 import polars as pl
 
 from . import __version__, classify, fuse, ingest, match, parse, reason, rulebook
-from .redact import redact_frame
+from .redact import redact_all, redact_frame
 from .report.build import build
 from .report.model import CandidateOut, Evidence, FirstFailure, InputOut, Report, Verdict
 
@@ -57,9 +57,10 @@ def analyze(
             "classifier_seconds": round(time.monotonic() - clf_started, 3),
             "seconds": round(time.monotonic() - started, 3),
         }
-        return build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats)
+        report = build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats)
     except Exception as exc:  # the promise: a report, never a traceback
-        return _failed_report(inputs, exc)
+        report = _failed_report(inputs, exc)
+    return redact_all(report) if redact else report
 
 
 def fused(

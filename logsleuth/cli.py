@@ -1,15 +1,18 @@
 """The `logsleuth` command: a thin typer layer over the library.
 
-Exit status (stable; see README):
+Exit status (stable; see README and docs/ci.md):
   0  the analysis ran (whatever the verdict)
   1  --fail-on matched the verdict; for `repro`: the reproduction failed or gave wrong results
-  2  usage error (bad option, unknown format, invalid rules)
+  2  usage error (bad option, unknown format, invalid rules, an --output or --store that cannot be written)
   3  no readable input: every input was missing, empty, binary or unreadable
+     (`history`: the store folder does not exist)
   4  the analysis itself failed (a logsleuth bug); a report is still printed
+`epilog` exits 0 whenever it could say what it did: a SLURM epilog must not fail.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -70,7 +73,9 @@ def _load_rules_or_exit(rules: list[Path] | None) -> None:
 @app.command()
 def analyze(
     paths: PathsArg,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal, json or markdown.")] = "terminal",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="terminal, json, markdown or github (annotations + $GITHUB_STEP_SUMMARY).")
+    ] = "terminal",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file instead of stdout.")] = None,
     rules: RulesOpt = None,
     budget: Annotated[float | None, typer.Option("--budget", help="Stop reading after this many seconds; report on what was read.")] = None,
@@ -84,22 +89,43 @@ def analyze(
     no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep secrets (tokens, passwords) in the report.")] = False,
     model: Annotated[Path | None, typer.Option("--model", help="Classifier model (folder or .npz) instead of the shipped one.")] = None,
     no_model: Annotated[bool, typer.Option("--no-model", help="Rules only: do not fuse the learned classifier.")] = False,
+    store: Annotated[
+        Path | None,
+        typer.Option("--store", readable=False, help="Append the verdict to this history folder (see `logsleuth history`)."),
+    ] = None,
+    job_id: Annotated[
+        str | None, typer.Option("--job-id", envvar="SLURM_JOB_ID", help="Job id recorded with --store (default: $SLURM_JOB_ID).")
+    ] = None,
 ) -> None:
     """Analyse the logs of one job and print the verdict."""
     from .api import analyze as run
-    from .report.render import FORMATS, render
+    from .report.render import FORMATS, render, step_summary
 
     if fmt not in FORMATS:
         _err(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
         raise typer.Exit(EXIT_USAGE)
+    if store is not None and not _writable_folder(store):
+        _err(f"--store {store}: cannot create or write to this folder")
+        raise typer.Exit(EXIT_USAGE)
     _load_rules_or_exit(rules)
     report = run(paths, rules=rules, budget_s=budget, redact=not no_redact, model=model, classifier=not no_model)
     use_color = (sys.stdout.isatty() and output is None) if color is None else color
-    text = render(report, fmt, color=use_color)
+    text = render(report, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
     if output:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _err(f"--output {output}: cannot write the report: {exc.strerror or exc}")
+            raise typer.Exit(EXIT_USAGE) from None
     else:
         sys.stdout.write(text)
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if fmt == "github" and summary_file:
+        try:
+            with open(summary_file, "a", encoding="utf-8") as fh:
+                fh.write(step_summary(report) + "\n")
+        except OSError as exc:  # the annotations are out; a missing summary must not hide them
+            _err(f"cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {exc.strerror or exc}")
     for inp in report.inputs:
         for problem in inp.problems:
             _err(f"{inp.file}: {problem}")
@@ -109,8 +135,24 @@ def analyze(
     if not report.readable:
         _err("no readable input: nothing was analysed")
         raise typer.Exit(EXIT_NO_INPUT)
+    if store is not None:
+        from .history import append
+
+        try:
+            append(store, report, job=job_id)
+        except OSError as exc:
+            _err(f"--store {store}: the verdict was not recorded: {exc.strerror or exc}")
+            raise typer.Exit(EXIT_USAGE) from None
     if fail_on and _fails(report.verdict.cause, report.verdict.category, fail_on):
         raise typer.Exit(EXIT_FAIL_ON)
+
+
+def _writable_folder(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
 
 
 def _fails(cause: str, category: str, spec: str) -> bool:
@@ -483,6 +525,85 @@ def evaluate(
         _err(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     typer.echo(json.dumps(ev.to_dict(), indent=2) if fmt == "json" else render(ev), nl=fmt == "json")
+
+
+@app.command()
+def history(
+    store: Annotated[Path, typer.Argument(help="The history folder that `analyze --store` and the epilog append to.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal or json.")] = "terminal",
+    since: Annotated[str | None, typer.Option(help="Only verdicts since then: 7d, 12h, or an ISO date.")] = None,
+    by: Annotated[str, typer.Option(help="Period of the timeline: day, week or month.")] = "day",
+    top: Annotated[int, typer.Option(help="Nodes to list.")] = 10,
+    color: Annotated[bool | None, typer.Option("--color/--no-color", help="Colour (default: when stdout is a terminal).")] = None,
+    compact: Annotated[
+        bool, typer.Option("--compact", help="First merge the store's files into one (safe while others append; e.g. from cron).")
+    ] = False,
+) -> None:
+    """Summarise stored verdicts: the nodes implicated again and again, and causes over time."""
+    import json
+
+    import polars as pl
+
+    from .history import compact as compact_store
+    from .history import load, parse_since, render_terminal, summarize
+
+    if fmt not in ("terminal", "json") or by not in ("day", "week", "month"):
+        _err("--format is terminal or json; --by is day, week or month")
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        cutoff = parse_since(since) if since else None
+    except ValueError:
+        _err(f"--since {since!r}: use e.g. 7d, 12h, 30m or an ISO date such as 2026-11-01")
+        raise typer.Exit(EXIT_USAGE) from None
+    if compact and store.is_dir():
+        try:
+            merged, _ = compact_store(store)
+        except OSError as exc:
+            _err(f"--compact: {store}: {exc.strerror or exc}")
+            raise typer.Exit(EXIT_USAGE) from None
+        _err(f"merged {merged} files of {store} into one")
+    loaded = load(store)
+    for problem in loaded.problems:
+        _err(problem)
+    table = loaded.table if cutoff is None else loaded.table.filter(pl.col("time") >= cutoff)
+    summary = summarize(table, by=by, top=top)
+    if fmt == "json":
+        typer.echo(json.dumps({"store": str(store), **summary, "problems": loaded.problems}, indent=2))
+    else:
+        use_color = sys.stdout.isatty() if color is None else color
+        sys.stdout.write(render_terminal(summary, store=str(store), color=use_color))
+    if not store.is_dir():
+        raise typer.Exit(EXIT_NO_INPUT)
+
+
+@app.command()
+def epilog(
+    budget: Annotated[float, typer.Option("--budget", help="Seconds of reading before the analysis reports on what it read.")] = 10.0,
+    report_dir: Annotated[
+        Path | None, typer.Option("--report-dir", readable=False, help="Write the reports here instead of next to the job's output.")
+    ] = None,
+    store: Annotated[
+        Path | None, typer.Option("--store", readable=False, help="Also append the verdict to this history folder (may be write-only).")
+    ] = None,
+    always: Annotated[bool, typer.Option("--always", help="Analyse every job, not only failed ones.")] = False,
+    rules: RulesOpt = None,
+) -> None:
+    """Diagnose the job a SLURM Epilog/EpilogSlurmctld runs for (reads SLURM_JOB_* variables).
+
+    Meant to be called by examples/slurm/epilog.sh, which bounds its time and
+    runs it as the job's user. Prints one line saying what it did.
+    """
+    from .epilog import run as run_epilog
+
+    outcome = run_epilog(
+        os.environ,
+        budget_s=budget,
+        report_dir=str(report_dir) if report_dir else None,
+        store=str(store) if store else None,
+        always=always,
+        rules=[str(r) for r in rules] if rules else None,
+    )
+    typer.echo(outcome.message)
 
 
 def main() -> None:

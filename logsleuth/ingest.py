@@ -12,6 +12,7 @@ Bad input never raises: every problem becomes a message in the input's
 from __future__ import annotations
 
 import collections
+import functools
 import glob
 import gzip
 import io
@@ -175,15 +176,33 @@ def ingest_text(text: str, keywords: Sequence[str], name: str = "<text>", *, tai
 
 
 class _Keeper:
-    """The prefilter: which raw lines are worth parsing."""
+    """The prefilter: which raw lines are worth parsing.
+
+    The keywords become one alternation of escaped literals for polars' Rust
+    regex engine, which runs it about 40% faster than ``contains_any``'s
+    Aho-Corasick on a few hundred literals (benchmarks/README.md). A keyword
+    that contains another is dropped: the shorter one already keeps its lines.
+    """
 
     def __init__(self, keywords: tuple[str, ...]) -> None:
-        self.keywords = list(keywords)
+        self.keywords, self.pattern = _minimal_pattern(keywords)
 
     def mask(self, text: pl.Series) -> pl.Series:
         if not self.keywords:
             return pl.Series(values=[True] * len(text), dtype=pl.Boolean)
-        return text.str.contains_any(self.keywords).fill_null(False)
+        return text.str.contains(self.pattern).fill_null(False)
+
+
+@functools.lru_cache(maxsize=4)
+def _minimal_pattern(keywords: tuple[str, ...]) -> tuple[list[str], str]:
+    """Drop keywords that contain another (quadratic, so remembered), join the rest."""
+    kept = sorted(k for k in keywords if not any(o != k and o in k for o in keywords))
+    return kept, "|".join(_rust_escape(k) for k in kept)
+
+
+def _rust_escape(literal: str) -> str:
+    """Escape a literal for Rust's regex syntax (the set regex_syntax::escape escapes)."""
+    return "".join("\\" + c if c in "\\.+*?()|[]{}^$#&-~" else c for c in literal)
 
 
 def _read_one(
@@ -382,17 +401,23 @@ def _filter_block(data: bytes, offset: int, name: str, keep: _Keeper) -> tuple[p
         return _no_lines(), _no_lines(), 0, 0, 0
     text = table.get_column("raw").fill_null("")
     n = len(text)
-    numbered = pl.DataFrame(
-        {
-            "file": pl.repeat(name, n, dtype=pl.String(), eager=True),
-            "line": pl.int_range(offset + 1, offset + n + 1, dtype=pl.UInt32(), eager=True),
-            "raw": text,
-        }
-    )
     n_bad = int(text.str.contains("\ufffd", literal=True).sum())
     n_long = int((text.str.len_chars() > MAX_LINE_CHARS).sum())
-    kept = numbered.filter(keep.mask(text))
-    return kept, numbered.tail(TAIL_LINES), n, n_bad, n_long
+    # number only the rows that are kept (few), not every row of the block
+    kept = keep.mask(text).arg_true()
+    last = pl.int_range(max(0, n - TAIL_LINES), n, dtype=pl.UInt32(), eager=True)
+    return _numbered(text, kept, offset, name), _numbered(text, last, offset, name), n, n_bad, n_long
+
+
+def _numbered(text: pl.Series, rows: pl.Series, offset: int, name: str) -> pl.DataFrame:
+    """The given rows of a block as (file, line, raw)."""
+    return pl.DataFrame(
+        {
+            "file": pl.repeat(name, len(rows), dtype=pl.String(), eager=True),
+            "line": (rows.cast(pl.UInt32) + (offset + 1)).cast(pl.UInt32),
+            "raw": text.gather(rows),
+        }
+    )
 
 
 def _clean(lines: pl.DataFrame) -> pl.DataFrame:

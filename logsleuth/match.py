@@ -66,7 +66,11 @@ def _python_hits(events: pl.DataFrame, rule: Rule) -> pl.Series:
 
 
 def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
-    """Return one row per (event, rule) hit; ``eid`` is the event's row index."""
+    """Return one row per (event, rule) hit; ``eid`` is the event's row index.
+
+    Hits of ``deferred`` rules become consequences when the same rank also has a
+    hit of a rule that is neither deferred nor context (see :func:`_defer`).
+    """
     if events.is_empty() or not rules.rules:
         return pl.DataFrame(schema=HITS_SCHEMA)
     fast = [r for r in rules.rules if r.engine == "polars"]
@@ -77,15 +81,45 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     if slow:
         columns.append(pl.DataFrame([_python_hits(events, r) for r in slow]))
     table = pl.concat(columns, how="horizontal")
-    # one small frame per rule (a loop over rules, not lines): hits are few
-    parts = [
-        pl.DataFrame({"eid": table.get_column(r.id).arg_true().cast(pl.UInt32)}).with_columns(
-            pl.lit(r.id).alias("rule"),
-            pl.lit(r.cause).alias("cause"),
-            pl.lit(rules.category(r.cause)).alias("category"),
-            pl.lit(r.role).alias("role"),
-            pl.lit(r.weight, dtype=pl.Float64).alias("weight"),
-        )
-        for r in rules.rules
-    ]
-    return pl.concat(parts).sort("eid", "rule")
+    # the true cells of the rule columns, as (event, rule index); then the rules' fields by index
+    eids = [table.get_column(r.id).arg_true() for r in rules.rules]
+    index = pl.Series("_r", range(len(rules.rules)), dtype=pl.UInt32)
+    which = pl.select(index.repeat_by(pl.Series([len(e) for e in eids], dtype=pl.UInt32)).explode()).to_series()
+    meta = pl.DataFrame(
+        {
+            "_r": index,
+            "rule": [r.id for r in rules.rules],
+            "cause": [r.cause for r in rules.rules],
+            "category": [rules.category(r.cause) for r in rules.rules],
+            "role": [r.role for r in rules.rules],
+            "weight": [float(r.weight) for r in rules.rules],
+        }
+    )
+    hits = (
+        pl.DataFrame({"eid": pl.concat(eids).cast(pl.UInt32), "_r": which})
+        .join(meta, on="_r", how="left")
+        .select(list(HITS_SCHEMA))
+        .sort("eid", "rule")
+    )
+    deferred = [r.id for r in rules.rules if r.deferred]
+    return _defer(hits, events, deferred) if deferred else hits
+
+
+def _defer(hits: pl.DataFrame, events: pl.DataFrame, deferred: list[str]) -> pl.DataFrame:
+    """Demote deferred hits (how a process ended: SIGABRT, SIGKILL, ...) to consequences
+    on ranks that also show another failure: a process dies once, after everything it
+    reported, so its own earlier error (or the watchdog timeout it aborted on) is the
+    better explanation. Ranks are compared as the parsers left them; a hit without a
+    rank is left alone.
+    """
+    ranked = hits.with_columns(
+        events.get_column("rank").gather(hits.get_column("eid")).alias("_rank"),
+        pl.col("rule").is_in(deferred).alias("_deferred"),
+    )
+    explained = (
+        ranked.filter(~pl.col("_deferred") & (pl.col("role") != "context") & pl.col("_rank").is_not_null()).get_column("_rank").unique()
+    )
+    demote = pl.col("_deferred") & (pl.col("role") == "primary") & pl.col("_rank").is_in(explained.implode())
+    return ranked.with_columns(pl.when(demote).then(pl.lit("consequence")).otherwise(pl.col("role")).alias("role")).drop(
+        "_rank", "_deferred"
+    )

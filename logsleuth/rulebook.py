@@ -74,6 +74,7 @@ class Rule:
     examples_no_match: tuple[str, ...] = ()
     origin: str = ""  # file:line where the rule is defined
     engine: str = "polars"  # "polars" (linear time) or "python" (regex module, with a timeout)
+    deferred: bool = False  # how a process ended: yields to another failure of the same rank
 
     @property
     def pattern(self) -> str:
@@ -112,8 +113,33 @@ class RuleSet:
 
 
 def load(extra: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True) -> RuleSet:
-    """Load the built-in rules and then each extra folder or file (overriding by id)."""
+    """Load the built-in rules and then each extra folder or file (overriding by id).
+
+    Loads are remembered for as long as no rule file changes (name, size,
+    mtime): the CLI validates ``--rules`` before analysing, and the analysis
+    then loads the same files again for free.
+    """
     folders = ([BUILTIN_RULES] if builtin else []) + [Path(p) for p in extra]
+    files = [path for folder in folders for path in _rule_files(folder)]
+    key = tuple((str(p), *_stamp(p)) for p in files)
+    if key not in _LOADED:
+        _LOADED.clear()  # one entry is enough: the same rules are loaded again and again
+        _LOADED[key] = _load(folders)
+    return _LOADED[key]
+
+
+_LOADED: dict[tuple[tuple[object, ...], ...], RuleSet] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _load(folders: list[Path]) -> RuleSet:
     causes: dict[str, Cause] = {}
     rules: dict[str, Rule] = {}
     for folder in folders:
@@ -121,7 +147,7 @@ def load(extra: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True) 
             data = _read_toml(path)
             for cause in _causes(path, data):
                 causes[cause.id] = cause
-            for rule in _rules(path, data):
+            for rule in _rules(path, data, trusted=folder == BUILTIN_RULES):
                 rules[rule.id] = rule
     return RuleSet(rules=list(rules.values()), causes=causes, sources=[str(f) for f in folders])
 
@@ -146,15 +172,16 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise RuleError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def _line_of(path: Path, needle: str) -> int:
+def _line_of(lines: list[str], needle: str) -> int:
     """1-based line where ``needle`` first appears (for file:line messages)."""
+    return next((no for no, text in enumerate(lines, 1) if needle in text), 1)
+
+
+def _lines(path: Path) -> list[str]:
     try:
-        for no, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if needle in text:
-                return no
+        return path.read_text(encoding="utf-8").splitlines()
     except OSError:
-        pass
-    return 1
+        return []
 
 
 def _prose(value: Any) -> str:
@@ -171,8 +198,9 @@ def _tuple(value: Any) -> tuple[str, ...]:
 
 
 def _causes(path: Path, data: Mapping[str, Any]) -> Iterable[Cause]:
+    lines = _lines(path)
     for cid, body in (data.get("cause") or {}).items():
-        where = f"{path}:{_line_of(path, f'[cause.{cid}]')}"
+        where = f"{path}:{_line_of(lines, f'[cause.{cid}]')}"
         if not isinstance(body, dict):
             raise RuleError(f"{where}: cause.{cid} must be a table")
         parent = body.get("parent", cid)
@@ -206,14 +234,23 @@ _RULE_KEYS = {
     "references",
     "match",
     "no_match",
+    "deferred",
 }
 
 
-def _rules(path: Path, data: Mapping[str, Any]) -> Iterable[Rule]:
+#: Constructs polars' linear-time engine lacks: look-around and back-references.
+_NEEDS_BACKTRACKING = re.compile(r"\(\?<?[=!]|\\[1-9]|\\k<|\(\?P=")
+
+
+def _rules(path: Path, data: Mapping[str, Any], *, trusted: bool) -> Iterable[Rule]:
+    """Rules of one file. ``trusted`` (the built-in rules, which the test suite
+    compiles) skips compiling every pattern at load, which would cost start-up
+    time on every run; users' rules are compiled here so errors name file:line."""
+    lines = _lines(path)
     for body in data.get("rule") or []:
         rid = str(body.get("id", "?"))
-        needle = f'id = "{rid}"'
-        where = f"{path}:{_line_of(path, needle)}"
+        needle = 'id = "' + rid + '"'
+        where = f"{path}:{_line_of(lines, needle)}"
         unknown = set(body) - _RULE_KEYS
         if unknown:
             raise RuleError(f"{where}: rule {rid}: unknown field(s) {', '.join(sorted(unknown))}")
@@ -226,20 +263,18 @@ def _rules(path: Path, data: Mapping[str, Any]) -> Iterable[Rule]:
         weight = body.get("weight", 0.8)
         if not isinstance(weight, (int, float)) or not 0 < weight <= 1:
             raise RuleError(f"{where}: rule {rid}: weight must be a number in (0, 1]")
+        deferred = body.get("deferred", False)
+        if not isinstance(deferred, bool):
+            raise RuleError(f"{where}: rule {rid}: deferred must be true or false")
         scope = body.get("scope") or {}
         bad = set(scope) - set(SCOPE_COLUMNS)
         if bad:
             raise RuleError(f"{where}: rule {rid}: scope on unknown column(s) {', '.join(sorted(bad))}")
         patterns = _tuple(body["patterns"])
-        engine = "polars"
-        for pat in (*patterns, *_tuple(body.get("exclude"))):
-            problem = _compile_problem(pat)
-            if problem is None:
-                continue
-            if _python_problem(pat) is None:
-                engine = "python"
-            else:
-                raise RuleError(f"{where}: rule {rid}: pattern does not compile: {problem}: {pat!r}")
+        all_patterns = (*patterns, *_tuple(body.get("exclude")))
+        engine = "python" if any(_NEEDS_BACKTRACKING.search(p) for p in all_patterns) else "polars"
+        if not trusted:
+            engine = _engine(where, rid, all_patterns)
         yield Rule(
             id=rid,
             name=str(body["name"]),
@@ -258,7 +293,33 @@ def _rules(path: Path, data: Mapping[str, Any]) -> Iterable[Rule]:
             examples_no_match=_tuple(body.get("no_match")),
             origin=where,
             engine=engine,
+            deferred=deferred,
         )
+
+
+def _engine(where: str, rid: str, patterns: Sequence[str]) -> str:
+    """Compile every pattern: 'polars' if the linear-time engine takes them all,
+    'python' if some need the regex package; a pattern neither takes is an error."""
+    engine = "polars"
+    for pat in patterns:
+        problem = _compile_problem(pat)
+        if problem is None:
+            continue
+        if _python_problem(pat) is not None:
+            raise RuleError(f"{where}: rule {rid}: pattern does not compile: {problem}: {pat!r}")
+        engine = "python"
+    return engine
+
+
+def compile_problems(rule: Rule) -> list[str]:
+    """Why a loaded rule's patterns do not compile (empty when they do); `rules check` uses it."""
+    try:
+        engine = _engine(rule.origin, rule.id, (*rule.patterns, *rule.exclude))
+    except RuleError as exc:
+        return [str(exc)]
+    if engine != rule.engine:
+        return [f"{rule.origin}: rule {rule.id}: runs on the {rule.engine} engine but needs {engine}"]
+    return []
 
 
 def _compile_problem(pattern: str) -> str | None:

@@ -13,6 +13,14 @@ from logsleuth import ingest, parse, reason, rulebook
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-snapshots",
+        action="store_true",
+        help="Rewrite tests/snapshots/ from the current output instead of comparing with it (then review git diff).",
+    )
+
+
 def events_of(text: str, name: str = "job.log") -> pl.DataFrame:
     """The event table of a log excerpt (dedented), identities resolved."""
     body = textwrap.dedent(text).lstrip("\n")

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from logsleuth.cli import EXIT_FAIL_ON, EXIT_NO_INPUT, EXIT_USAGE, app
+from logsleuth.cli import EXIT_FAIL_ON, EXIT_INTERNAL, EXIT_NO_INPUT, EXIT_USAGE, app
 from logsleuth.taxonomy import NON_CAUSES, TAXONOMY
 
 from .data_torchrun import TORCHRUN_VALUEERROR
@@ -120,3 +120,44 @@ def test_invalid_user_rules_are_a_usage_error_not_a_traceback(job: Path, tmp_pat
     (tmp_path / "r.toml").write_text("[[rule]\n")
     result = runner.invoke(app, ["analyze", str(job), "--rules", str(tmp_path)])
     assert result.exit_code == EXIT_USAGE and "r.toml" in result.stderr
+
+
+def test_exit_0_whatever_the_verdict_without_fail_on(job: Path, write) -> None:
+    assert runner.invoke(app, ["analyze", str(job)]).exit_code == 0
+    assert runner.invoke(app, ["analyze", str(write("ok.log", "step 1 loss 0.5\ntraining finished\n"))]).exit_code == 0
+
+
+def test_fail_on_any_ignores_a_clean_run(write) -> None:
+    clean = write("ok.log", "step 1 loss 0.5\ntraining finished\n")
+    assert runner.invoke(app, ["analyze", str(clean), "--fail-on", "any"]).exit_code == 0
+
+
+def test_exit_4_when_the_analysis_itself_fails_and_a_report_is_still_printed(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from logsleuth import reason
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("a bug in logsleuth")
+
+    monkeypatch.setattr(reason, "reason", broken)
+    result = runner.invoke(app, ["analyze", str(job), "--format", "json", "--fail-on", "any"])
+    assert result.exit_code == EXIT_INTERNAL
+    assert json.loads(result.stdout)["verdict"]["category"] == "unknown"
+    assert "internal error" in result.stderr and "ZeroDivisionError" in result.stderr
+
+
+def test_an_output_that_cannot_be_written_is_a_usage_error(job: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(job), "-o", str(tmp_path / "no" / "such" / "report.json")])
+    assert result.exit_code == EXIT_USAGE and "--output" in result.stderr and "Traceback" not in result.output
+
+
+def test_a_store_that_cannot_be_a_folder_is_a_usage_error(job: Path, write) -> None:
+    not_a_folder = write("store", "a file")
+    result = runner.invoke(app, ["analyze", str(job), "--store", str(not_a_folder)])
+    assert result.exit_code == EXIT_USAGE and "--store" in result.stderr and result.stdout == ""
+
+
+def test_history_exit_codes(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["history", str(tmp_path / "missing")]).exit_code == EXIT_NO_INPUT
+    assert runner.invoke(app, ["history", str(tmp_path), "--since", "last tuesday"]).exit_code == EXIT_USAGE
+    assert runner.invoke(app, ["history", str(tmp_path), "--format", "yaml"]).exit_code == EXIT_USAGE
+    assert runner.invoke(app, ["history", str(tmp_path)]).exit_code == 0  # an empty store is not an error

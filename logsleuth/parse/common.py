@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import polars as pl
 
@@ -60,3 +60,27 @@ def field(text: pl.Expr, pattern: str, group: int = 1) -> pl.Expr:
 
 def integer(text: pl.Expr, pattern: str, group: int = 1) -> pl.Expr:
     return field(text, pattern, group).cast(pl.Int64, strict=False)
+
+
+def on_rows_with(df: pl.DataFrame, triggers: tuple[str, ...], annotate: Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
+    """Run ``annotate`` only on rows whose message contains one of ``triggers``.
+
+    A parser's expressions are evaluated on every row they are given (polars
+    computes both branches of ``when``), so each parser names the literals its
+    lines always contain and sees only those rows. Row order is not kept; the
+    event table is sorted at the end.
+    """
+    mask = df.get_column("msg").str.contains_any(list(triggers))
+    if not mask.any():
+        return df
+    return pl.concat([df.filter(~mask), annotate(df.filter(mask))], how="diagonal_relaxed")
+
+
+def streams_with(df: pl.DataFrame, pattern: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split into (rows of the streams where some message matches ``pattern``, the other rows).
+
+    Folding works per stream; streams without a block header have nothing to fold.
+    """
+    hit = df.filter(pl.col("msg").str.contains(pattern)).get_column("stream").unique()
+    inside = pl.col("stream").is_in(hit.implode())
+    return df.filter(inside), df.filter(~inside)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .common import claim, field, integer, short_host
+from .common import claim, field, integer, on_rows_with, short_host
 
 _LINE = (
     r"^(?:\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?)?"
@@ -28,6 +28,11 @@ _LEVEL = {"WARN": "warning", "INFO": "info", "TRACE": "debug", "CALL": "debug", 
 
 
 def annotate(df: pl.DataFrame) -> pl.DataFrame:
+    """Claim NCCL lines (only rows that say "NCCL " are looked at)."""
+    return on_rows_with(df, ("NCCL ",), _annotate)
+
+
+def _annotate(df: pl.DataFrame) -> pl.DataFrame:
     """Claim NCCL lines; fill node, pid, version, interface, rank and nranks."""
     parts = pl.col("msg").str.extract_groups(_LINE)
     df = df.with_columns(parts.alias("_n"))

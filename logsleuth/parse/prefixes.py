@@ -15,6 +15,8 @@ global, which is what PyTorch itself writes.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 _TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
@@ -43,12 +45,32 @@ def _num(name: str) -> pl.Expr:
     return pl.col(name).cast(pl.Int32, strict=False)
 
 
+#: The prefix layers alone, without captures: the whole span they cover.
+_SPAN = "(" + re.sub(r"\(\?P<\w+>", "(?:", PREFIX.removesuffix("(?P<msg>.*)$")) + ")"
+#: The layers with their captures, applied to a prefix span alone.
+_LAYERS = PREFIX.removesuffix("(?P<msg>.*)$") + "$"
+
+
+def _split(lines: pl.DataFrame) -> pl.DataFrame:
+    """Each line's prefix fields and bare message.
+
+    Capturing 17 groups per line is the slow path of the regex engine; finding
+    the span of the prefixes is the fast one, and a job has few distinct
+    prefixes (srun labels x ranks), so the captures run once per distinct span.
+    """
+    span = pl.col("raw").str.extract(_SPAN, 1).fill_null("")
+    spans = lines.select(span.alias("_span"), pl.col("raw").str.slice(span.str.len_chars()).alias("msg"))
+    distinct = spans.select(pl.col("_span").unique())
+    fields = distinct.with_columns(pl.col("_span").str.extract_groups(_LAYERS).alias("_p")).unnest("_p")
+    return pl.concat([lines, spans], how="horizontal").join(fields, on="_span", how="left", maintain_order="left").drop("_span")
+
+
 def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     """Add prefix columns to a line table (file, line, raw) and the bare ``msg``.
 
     ``years`` gives, per file, the year to assume for glog stamps (they carry none).
     """
-    parts = lines.with_columns(pl.col("raw").str.extract_groups(PREFIX).alias("_p")).unnest("_p")
+    parts = _split(lines)
     role_a = pl.col("role_a")
     has_b = pl.col("num_b").is_not_null()
     rank = (

@@ -10,9 +10,11 @@ give one event per link; ``detail`` names the link before.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
-from .common import claim
+from .common import claim, streams_with
 
 HEADER = "Traceback (most recent call last):"
 _FRAME = r'^\s+File "([^"]+)", line (\d+)(?:, in (.+))?'
@@ -31,7 +33,19 @@ _FOREIGN = r"NCCL (?:INFO|WARN)|^(?:slurmstepd|srun)[\w.-]*: "
 
 
 def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Return (the table without traceback lines, one event per traceback)."""
+    """Return (the table without traceback lines, one event per traceback).
+
+    Only streams that print a traceback header are folded.
+    """
+    inside, others = streams_with(df, "^" + re.escape(HEADER))
+    if inside.is_empty():
+        return df, df.clear()
+    rest, folded = _fold(inside)
+    return pl.concat([rest, others], how="diagonal_relaxed"), folded
+
+
+def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Fold the tracebacks of streams that have one."""
     msg = pl.col("msg")
     foreign = pl.col("origin").is_not_null() | msg.str.contains(_FOREIGN)
     t = df.sort("stream", "line").with_columns(
@@ -109,9 +123,26 @@ def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return rest, events
 
 
+#: torchrun's error file, logged as indented JSON by torch 1.9-1.12 when no error file is set:
+#: ``"message": "RuntimeError: Permission denied",`` (elastic/multiprocessing/errors/error_handler.py).
+_ERROR_FILE_MESSAGE = r'^\s*"message": "(.*?)",?\s*$'
+
+
 def annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
-    """Exception lines outside a traceback (a logged error, torchrun's summary)."""
+    """Exception lines outside a traceback (a logged error, torchrun's summary, its error-file JSON)."""
     msg = pl.col("msg")
+    inner = msg.str.extract(_ERROR_FILE_MESSAGE, 1).str.replace_all(r"\"", '"', literal=True)
+    df = claim(
+        df,
+        inner.str.contains(EXCEPTION),
+        {
+            "kind": pl.lit("exception"),
+            "source": pl.lit("launcher"),
+            "level": pl.lit("error"),
+            "exc_type": inner.str.extract(EXCEPTION, 1),
+            "msg": inner,
+        },
+    )
     return claim(
         df,
         msg.str.contains(EXCEPTION),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .common import STRSIGNAL, claim, field, integer
+from .common import STRSIGNAL, claim, field, integer, on_rows_with
 
 _ARGV0 = r"^(?:slurmstepd|srun|sbatch|salloc|slurmd)(?:-([\w.-]+))?: (?:(error|fatal|warning|info): )?"
 _CANCEL = (
@@ -26,7 +26,33 @@ _TASK_EXIT = r"^srun: error: ([^:\s]+): tasks? ([\d,\-\[\]]+): (.+?)\s*$"
 _NODE_FAIL = r"(?i)node failure on (\S+)|Node (\S+) (?:not responding|is down)"
 
 
+#: Literals every line this module claims contains (the argv0 of SLURM's programs,
+#: slurmstepd's *** banners, OOM and node-failure wordings).
+TRIGGERS = (
+    "slurmstepd",
+    "srun",
+    "sbatch",
+    "salloc",
+    "slurmd",
+    "*** ",
+    "oom-kill",
+    "oom_kill",
+    "hit memory limit",
+    "ode failure",
+    "ODE FAILURE",
+    "not responding",
+    "is down",
+    "tep aborted",
+    "Force Terminated",
+)
+
+
 def annotate(df: pl.DataFrame) -> pl.DataFrame:
+    """Claim the SLURM lines (only rows with a trigger are looked at)."""
+    return on_rows_with(df, TRIGGERS, _annotate)
+
+
+def _annotate(df: pl.DataFrame) -> pl.DataFrame:
     """Claim the SLURM lines and fill job, node, reason, tasks, exit_code, signal."""
     msg = pl.col("msg")
     is_slurm = msg.str.contains(_ARGV0) | msg.str.contains(r"\*\*\* (?:JOB|STEP) \S+ ")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .common import claim, field, integer, short_host, signal_name
+from .common import claim, field, integer, on_rows_with, short_host, signal_name, streams_with
 
 _WORK = r"Work(?:NCCL|Gloo|UCC)?\("
 _RANK_HINT = r"\[(?:PG [^\]]*?)?Rank (\d+)\]|communicator was aborted on rank (\d+)"
@@ -24,7 +24,26 @@ _CFE_FIELD = r"^\s{1,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)
 _CFE_SECTION = r"^\s*(Root Cause \(first observed failure\)|Failures):\s*$"
 
 
+#: Literals of the lines annotate() claims, and of the fields enrich() reads.
+TRIGGERS = (
+    "what()",
+    "Watchdog caught",
+    "Work",
+    "Timed out waiting",
+    "exitcode",
+    "closing signal",
+    "death signal",
+    "terminate called",
+)
+ENRICH_TRIGGERS = ("Work", "Rank ", "on rank ")
+
+
 def enrich(df: pl.DataFrame) -> pl.DataFrame:
+    """Fill the fields an event's text carries whatever its kind (rows with a trigger only)."""
+    return on_rows_with(df, ENRICH_TRIGGERS, _enrich)
+
+
+def _enrich(df: pl.DataFrame) -> pl.DataFrame:
     """Fields any event's text may carry, whatever its kind: the rank named in
     ``[PG ... Rank N]``, and the Work(...) description of a collective."""
     msg = pl.col("msg")
@@ -45,6 +64,11 @@ def enrich(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def annotate(df: pl.DataFrame) -> pl.DataFrame:
+    """Claim single-line PyTorch and torchrun events (rows with a trigger only)."""
+    return on_rows_with(df, TRIGGERS, _annotate)
+
+
+def _annotate(df: pl.DataFrame) -> pl.DataFrame:
     """Claim single-line PyTorch and torchrun events."""
     msg = pl.col("msg")
     is_what = msg.str.contains(_WHAT)
@@ -121,6 +145,15 @@ def _attach_what(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def fold_failure_tables(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Fold the failure tables of the streams that print one (see _fold_tables)."""
+    inside, others = streams_with(df, _CFE_SECTION)
+    if inside.is_empty():
+        return df, df.clear()
+    rest, folded = _fold_tables(inside)
+    return pl.concat([rest, others], how="diagonal_relaxed"), folded
+
+
+def _fold_tables(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Fold torchrun's ChildFailedError tables into one event per failed rank.
 
     Returns (the table without the folded lines, the folded events). Entries

@@ -8,12 +8,13 @@ from typing import Any
 
 import polars as pl
 
+from logsleuth.hostlist import collect_ranges
 from logsleuth.ingest import InputInfo
-from logsleuth.reason import EVIDENCE_LIMIT, FAILURE_KINDS, Reasoning
+from logsleuth.reason import EVIDENCE_LIMIT, FAILURE_KINDS, Candidate, Reasoning
 from logsleuth.rulebook import Rule, RuleSet
 from logsleuth.taxonomy import TAXONOMY
 
-from .model import CandidateOut, Evidence, FirstFailure, InputOut, RankOut, Report, Verdict
+from .model import CandidateOut, Evidence, FirstFailure, InputOut, RankOut, Report, SuspectNodeOut, Verdict
 
 _NONE_SUMMARY = "No failure found in the inputs: the job appears to have run to completion."
 _UNKNOWN_SUMMARY = "The job failed, but no known cause matches its messages; the first failure lines are shown as evidence."
@@ -95,14 +96,76 @@ def build(
         int(e): str(r) for e, r in hits.sort("weight", descending=True).unique("eid", keep="first").select("eid", "rule").iter_rows()
     }
     cands = reasoning.candidates
+    lead = cands[0] if cands else None
+    if lead is not None and lead.category not in ("none", "unknown") and lead.eids:
+        verdict = _cause_verdict(events, lead, reasoning, rules, rules_by_id, best_rule)
+    else:
+        verdict = _unknown_verdict(events, lead, reasoning, best_rule)
+    candidates = [CandidateOut(c.cause, c.category, c.confidence, c.rules, len(c.eids), c.ranks) for c in cands] or [
+        CandidateOut(verdict.cause, verdict.category, verdict.confidence)
+    ]
+    ranks = [
+        RankOut(
+            r.rank,
+            r.node,
+            r.status,
+            file=r.evidence[0] if r.evidence else None,
+            line=r.evidence[1] if r.evidence else None,
+            local_rank=r.local_rank,
+            pid=r.pid,
+            time=r.time,
+            kind=r.kind,
+            cause=r.cause,
+            note=r.note,
+            seq=r.seq,
+            last_line={"file": r.last[0], "line": r.last[1], "text": r.last[2]} if r.last else None,
+        )
+        for r in reasoning.ranks
+    ]
+    suspects = [
+        SuspectNodeOut(
+            s.node,
+            list(s.reasons),
+            list(s.causes),
+            list(s.ranks),
+            [e for e in _evidence(events, s.eids, best_rule) if e.node in (None, s.node)][:4],
+        )
+        for s in reasoning.suspects
+    ]
+    timeline = {"ordering": reasoning.ordering, "note": reasoning.ordering_note, "clock_offsets_s": dict(reasoning.offsets)}
+    return Report(
+        verdict=verdict,
+        candidates=candidates,
+        inputs=[InputOut(i.file, i.bytes, i.lines, list(i.problems)) for i in inputs],
+        ranks=ranks,
+        suspect_nodes=suspects,
+        hang=reasoning.hang.to_dict() if reasoning.hang else None,
+        timeline=timeline,
+        notes=list(reasoning.notes),
+        stats={**dict(stats or {}), "ordering": reasoning.ordering},
+        version=version,
+    )
+
+
+def _cause_verdict(
+    events: pl.DataFrame,
+    lead: Candidate,
+    reasoning: Reasoning,
+    rules: RuleSet,
+    rules_by_id: Mapping[str, Rule],
+    best_rule: Mapping[int, str],
+) -> Verdict:
+    """The verdict for a recognised cause: the rule's summary (or the reasoner's) and fix."""
     ff = reasoning.first_failure
-    if cands and cands[0].category not in ("none", "unknown"):
-        lead = cands[0]
-        cause = rules.cause(lead.cause)
-        ev_ids = _pick_evidence(events, lead.eids)
-        first = events.row(lead.eids[0], named=True)
-        rule_id = best_rule.get(lead.eids[0], "")
-        rule = rules_by_id.get(rule_id) if rule_id in lead.rules else None
+    cause = rules.cause(lead.cause)
+    ev_ids = _pick_evidence(events, lead.eids)
+    first = events.row(lead.eids[0], named=True)
+    # a verdict of the classifier alone (no rule) must not borrow the advice of a rule for another cause
+    rule = rules_by_id.get(best_rule.get(lead.eids[0], ""), None) if lead.rules else None
+    if lead.summary:
+        summary = _sentence(lead.summary)
+        rule = rule if rule is not None and rule.cause == lead.cause else None
+    else:
         fields = {k: v for k, v in first.items() if v is not None}
         fields["rank"] = ff.get("rank")
         fields["node"] = ff.get("node")
@@ -111,21 +174,26 @@ def build(
         template = (rule.summary if rule and rule.summary else "") or "{title} on {where}: {message}"
         fields.setdefault("title", cause.title)
         summary = _sentence(_Lenient().format(template, **fields))
-        victims = sum(1 for r in reasoning.ranks if r.status == "victim")
-        if victims:
-            summary += f" {victims} other rank(s) failed as a consequence."
-        verdict = Verdict(
-            cause=lead.cause,
-            category=lead.category,
-            confidence=lead.confidence,
-            first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
-            evidence=_evidence(events, ev_ids, best_rule),
-            summary=summary,
-            fix=list(rule.fix if rule and rule.fix else cause.fix),
-            title=cause.title,
-            explanation=(rule.explanation if rule and rule.explanation else cause.explanation),
-            references=list(dict.fromkeys([*(rule.references if rule else ()), *cause.references])),
-        )
+    summary += _cascade_sentence(reasoning)
+    return Verdict(
+        cause=lead.cause,
+        category=lead.category,
+        confidence=lead.confidence,
+        first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
+        evidence=_evidence(events, ev_ids, best_rule),
+        summary=summary,
+        fix=list(rule.fix if rule and rule.fix else cause.fix),
+        title=cause.title,
+        explanation=(rule.explanation if rule and rule.explanation else cause.explanation),
+        references=list(dict.fromkeys([*(rule.references if rule else ()), *cause.references])),
+    )
+
+
+def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Reasoning, best_rule: Mapping[int, str]) -> Verdict:
+    """No recognised cause: ``unknown`` with the first failure's lines, or ``none`` for a clean run."""
+    ff = reasoning.first_failure
+    if lead is not None:
+        failures = lead.eids
     else:
         failures = (
             events.with_row_index("eid")
@@ -133,34 +201,41 @@ def build(
             .get_column("eid")
             .to_list()
         )
-        category = cands[0].category if cands else "unknown" if reasoning.failed else "none"
-        verdict = Verdict(
-            cause=category,
-            category=category,
-            confidence=cands[0].confidence if cands else 0.5 if category == "unknown" else 0.8,
-            first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
-            evidence=_evidence(events, _pick_evidence(events, failures, 3), best_rule),
-            summary=_UNKNOWN_SUMMARY if category == "unknown" else _NONE_SUMMARY,
-            fix=list(_UNKNOWN_FIX) if category == "unknown" else [],
-            title="Unknown failure" if category == "unknown" else "No failure",
-            explanation=TAXONOMY[category],
-        )
-        if category == "unknown" and failures:
-            row = events.row(failures[0], named=True)
-            verdict.first_failure = FirstFailure(row["rank"], row["node"], row["time"].isoformat() if row["time"] else None)
-    candidates = [CandidateOut(c.cause, c.category, c.confidence, c.rules, len(c.eids), c.ranks) for c in cands] or [
-        CandidateOut(verdict.cause, verdict.category, verdict.confidence)
-    ]
-    ranks = [RankOut(r.rank, r.node, r.status, *(r.evidence or (None, None))) for r in reasoning.ranks]
-    return Report(
-        verdict=verdict,
-        candidates=candidates,
-        inputs=[InputOut(i.file, i.bytes, i.lines, list(i.problems)) for i in inputs],
-        ranks=ranks,
-        notes=list(reasoning.notes),
-        stats=dict(stats or {}),
-        version=version,
+    if lead is not None and lead.category in ("none", "unknown"):
+        category = lead.category
+    else:
+        category = "unknown" if reasoning.failed else "none"
+    summary = _UNKNOWN_SUMMARY if category == "unknown" else _NONE_SUMMARY
+    if category == "unknown" and (ff.get("rank") is not None or ff.get("node")):
+        summary = f"{_where_phrase(ff.get('rank'), ff.get('node')).capitalize()} failed first, but no known cause matches its messages; its lines are shown as evidence."
+        summary += _cascade_sentence(reasoning)
+    verdict = Verdict(
+        cause=category,
+        category=category,
+        confidence=lead.confidence if lead is not None else (0.5 if category == "unknown" else 0.8),
+        first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
+        evidence=_evidence(events, _pick_evidence(events, failures, 3), best_rule),
+        summary=summary,
+        fix=list(_UNKNOWN_FIX) if category == "unknown" else [],
+        title="Unknown failure" if category == "unknown" else "No failure",
+        explanation=TAXONOMY[category],
     )
+    if category == "unknown" and lead is None and failures:
+        row = events.row(failures[0], named=True)
+        verdict.first_failure = FirstFailure(row["rank"], row["node"], row["time"].isoformat() if row["time"] else None)
+    return verdict
+
+
+def _cascade_sentence(reasoning: Reasoning) -> str:
+    """' N other rank(s) failed as a consequence; rank(s) X hung.' (empty when nobody else was involved)."""
+    victims = sum(1 for r in reasoning.ranks if r.status == "victim")
+    hung = [r.rank for r in reasoning.ranks if r.status == "hung"]
+    parts = []
+    if victims:
+        parts.append(f"{victims} other rank(s) failed as a consequence")
+    if hung:
+        parts.append(f"rank(s) {collect_ranges(hung)} hung without reaching the collective")
+    return (" " + "; ".join(parts)[0].upper() + "; ".join(parts)[1:] + ".") if parts else ""
 
 
 def _sentence(text: str) -> str:

@@ -96,14 +96,58 @@ class CandidateOut:
 
 @dataclass
 class RankOut:
+    """One rank's part in the failure; ``file``/``line`` point at the line that shows it."""
+
     rank: int
     node: str | None
-    status: str
+    status: str  # culprit | failed | hung | victim | finished | unknown
     file: str | None = None
     line: int | None = None
+    local_rank: int | None = None
+    pid: int | None = None
+    time: str | None = None
+    kind: str | None = None
+    cause: str | None = None
+    note: str | None = None
+    seq: int | None = None
+    last_line: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "node": self.node, "status": self.status, "file": self.file, "line": self.line}
+        return {
+            "rank": self.rank,
+            "node": self.node,
+            "status": self.status,
+            "file": self.file,
+            "line": self.line,
+            "local_rank": self.local_rank,
+            "pid": self.pid,
+            "time": self.time,
+            "kind": self.kind,
+            "cause": self.cause,
+            "note": self.note,
+            "seq": self.seq,
+            "last_line": self.last_line,
+        }
+
+
+@dataclass
+class SuspectNodeOut:
+    """A node the evidence points at: the culprit's, hung ranks', or one that disagrees with the others."""
+
+    node: str
+    reasons: list[str]
+    causes: list[str]
+    ranks: list[int]
+    evidence: list[Evidence] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "reasons": list(self.reasons),
+            "causes": list(self.causes),
+            "ranks": list(self.ranks),
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
 
 
 @dataclass
@@ -125,6 +169,9 @@ class Report:
     candidates: list[CandidateOut]
     inputs: list[InputOut]
     ranks: list[RankOut] = field(default_factory=list)
+    suspect_nodes: list[SuspectNodeOut] = field(default_factory=list)
+    hang: dict[str, Any] | None = None
+    timeline: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     version: str = ""
@@ -141,6 +188,9 @@ class Report:
             "candidates": [c.to_dict() for c in self.candidates],
             "inputs": [i.to_dict() for i in self.inputs],
             "ranks": [r.to_dict() for r in self.ranks],
+            "suspect_nodes": [s.to_dict() for s in self.suspect_nodes],
+            "hang": self.hang,
+            "timeline": dict(self.timeline),
             "notes": list(self.notes),
             "stats": dict(self.stats),
             "logsleuth_version": self.version,

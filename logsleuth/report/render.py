@@ -1,21 +1,24 @@
-"""Renderers: terminal (rich), markdown and json. Each takes a Report, returns text."""
+"""Renderers: terminal (rich), markdown, json and github. Each takes a Report, returns text."""
 
 from __future__ import annotations
 
 import io
+import os
 
-from .model import Report
+from .model import Evidence, Report
 
-FORMATS = ("terminal", "json", "markdown")
+FORMATS = ("terminal", "json", "markdown", "github")
 _STATUS_ORDER = {"culprit": 0, "failed": 1, "hung": 2, "victim": 3, "finished": 4, "unknown": 5}
 
 
-def render(report: Report, fmt: str, *, color: bool = True, width: int | None = None) -> str:
-    """Render a report in one of FORMATS."""
+def render(report: Report, fmt: str, *, color: bool = True, width: int | None = None, workspace: str | None = None) -> str:
+    """Render a report in one of FORMATS (``workspace``: the GitHub checkout, for relative annotation paths)."""
     if fmt == "json":
         return report.to_json() + "\n"
     if fmt == "markdown":
         return markdown(report)
+    if fmt == "github":
+        return github(report, workspace=workspace)
     if fmt == "terminal":
         return terminal(report, color=color, width=width)
     raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -92,6 +95,8 @@ def terminal(report: Report, *, color: bool = True, width: int | None = None) ->
         for status, ranks in rows:
             table.add_row(status, ranks)
         console.print(table)
+    for line in _cascade_lines(report):
+        console.print(escape(line))
     others = report.candidates[1:4]
     if others:
         console.print("[bold]Other candidates[/]  " + ", ".join(f"{escape(c.cause)} ({c.confidence:.0%})" for c in others))
@@ -103,6 +108,28 @@ def terminal(report: Report, *, color: bool = True, width: int | None = None) ->
     for note in report.notes:
         console.print(f"[dim]note: {escape(note)}[/]")
     return buf.getvalue()
+
+
+def _cascade_lines(report: Report, limit: int = 4) -> list[str]:
+    """The stalled collective and the suspect nodes, a line each (compact for thousands of ranks)."""
+    out = []
+    hang = report.hang
+    if hang and (hang.get("hung") or hang.get("timed_out")):
+        what = f"{hang['op']} SeqNum {hang['seq']}" if hang.get("op") and hang.get("seq") is not None else "a collective"
+        line = f"Stalled: {what} timed out on {len(hang['timed_out'])} rank(s)"
+        if hang.get("hung"):
+            line += f"; never reached by rank(s) {_ranges(sorted(hang['hung']), 8)}"
+        if hang.get("first_fired"):
+            line += f"; first watchdog: rank(s) {_ranges(sorted(hang['first_fired']), 4)}"
+        out.append(line)
+    # on a one-node job the first failure's node says nothing the verdict does not
+    nodes = {r.node for r in report.ranks if r.node}
+    suspects = [s for s in report.suspect_nodes if len(nodes) > 1 or any(not r.startswith("first failure") for r in s.reasons)]
+    for s in suspects[:limit]:
+        out.append(f"Suspect node {s.node}: " + "; ".join(s.reasons)[:200])
+    if len(suspects) > limit:
+        out.append(f"… and {len(suspects) - limit} more suspect node(s)")
+    return out
 
 
 def _md_escape(text: str) -> str:
@@ -131,6 +158,9 @@ def markdown(report: Report, *, heading: str = "##") -> str:
     rows = _rank_summary(report)
     if rows:
         out += ["| status | ranks |", "|---|---|"] + [f"| {s} | {_md_escape(r)} |" for s, r in rows] + [""]
+    cascade = _cascade_lines(report)
+    if cascade:
+        out += [f"- {_md_escape(line)}" for line in cascade] + [""]
     if len(report.candidates) > 1:
         out += ["<details><summary>Other candidates</summary>", ""]
         out += [f"- `{c.cause}` ({c.category}), {c.confidence:.0%}" for c in report.candidates[1:]]
@@ -139,3 +169,56 @@ def markdown(report: Report, *, heading: str = "##") -> str:
     if problems:
         out += ["**Input problems**", ""] + [f"- `{n}`: {_md_escape(p)}" for n, p in problems] + [""]
     return "\n".join(out)
+
+
+def _gh_data(text: str) -> str:
+    """Escape a workflow-command message: only %, CR and LF (GitHub's rule for data)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(text: str) -> str:
+    """Escape a workflow-command property value: also ':' and ',', which delimit properties."""
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _gh_command(level: str, message: str, *, title: str, evidence: Evidence | None, workspace: str | None) -> str:
+    props = []
+    if evidence is not None and evidence.file != "-":
+        path = evidence.file
+        if workspace and os.path.isabs(path) and os.path.commonpath([workspace, path]) == os.path.normpath(workspace):
+            path = os.path.relpath(path, workspace)  # annotations link to files relative to the checkout
+        props += [f"file={_gh_prop(path)}", f"line={evidence.line}"]
+    props.append(f"title={_gh_prop(title)}")
+    return f"::{level} {','.join(props)}::{_gh_data(message)}"
+
+
+def github(report: Report, *, workspace: str | None = None) -> str:
+    """GitHub Actions workflow commands: the verdict as one annotation on its first evidence line.
+
+    One ``::error`` (``::warning`` for an unknown cause, ``::notice`` for a clean
+    run) carries the summary, the proof and the fix; each further evidence line
+    gets a ``::notice``, so the run page shows where to look without spending
+    GitHub's per-step cap on errors. An annotation does not fail the step:
+    ``--fail-on`` does.
+    """
+    v = report.verdict
+    level = {"none": "notice", "unknown": "warning"}.get(v.category, "error")
+    ff = v.first_failure
+    where = f" on {_where(ff.rank, ff.node)}" if v.category != "none" and (ff.rank is not None or ff.node) else ""
+    title = f"logsleuth: {v.title or v.cause}{where}"
+    first = v.evidence[0] if v.evidence else None
+    body = [v.summary, f"cause: {v.cause} (category {v.category}), confidence {v.confidence:.0%}"]
+    if first is not None:
+        body += ["", first.text.strip()[:500]]
+    if v.fix:
+        body += ["", "Fix:"] + [f"{i}. {step}" for i, step in enumerate(v.fix, 1)]
+    lines = [_gh_command(level, "\n".join(body), title=title, evidence=first, workspace=workspace)]
+    for e in v.evidence[1:]:
+        who = f" ({_where(e.rank, e.node)})" if (e.rank is not None or e.node) else ""
+        lines.append(_gh_command("notice", e.text.strip()[:500], title=f"logsleuth evidence{who}", evidence=e, workspace=workspace))
+    return "\n".join(lines) + "\n"
+
+
+def step_summary(report: Report) -> str:
+    """The Markdown appended to $GITHUB_STEP_SUMMARY: headings start at ### as GitHub suggests."""
+    return markdown(report, heading="###")

@@ -192,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         "time_us": elapsed_s / args.iters * 1e6,
         "wrong": work.wrong(),
     }
-    print(RESULT_MARK + json.dumps(result), flush=True)
+    # One write(2) per line: ranks share the launcher's stdout pipe, and print() under
+    # PYTHONUNBUFFERED writes text and newline separately, so lines would interleave.
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (RESULT_MARK + json.dumps(result) + "\n").encode())
     dist.destroy_process_group()
     return 0
 

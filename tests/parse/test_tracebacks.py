@@ -103,3 +103,27 @@ def test_cpp_terminate_block_gives_the_what_line_its_exception_type() -> None:
         600000,
         600059,
     )
+
+
+def test_torchrun_error_file_json_message_becomes_an_exception_event() -> None:
+    # torch 1.9-1.12 log the worker's error file as indented JSON (errors/error_handler.py)
+    ev = events_of(
+        """
+        ERROR:torch.distributed.elastic.multiprocessing.errors.error_handler:{
+          "message": {
+            "message": "RuntimeError: Permission denied",
+            "extraInfo": {
+        """
+    )
+    exc = ev.filter(pl.col("kind") == "exception").row(0, named=True)
+    assert (exc["exc_type"], exc["message"], exc["level"], exc["line"]) == ("RuntimeError", "RuntimeError: Permission denied", "error", 3)
+
+
+def test_json_message_that_is_not_an_exception_stays_a_line() -> None:
+    ev = events_of(
+        """
+        ERROR:some.logger:{
+          "message": "training failed at step 7",
+        """
+    )
+    assert ev.filter(pl.col("kind") == "exception").is_empty()

@@ -5,22 +5,37 @@ from __future__ import annotations
 import pytest
 
 from logsleuth import rulebook
-from logsleuth.rulecheck import check, rule_hits
+from logsleuth.rulecheck import check, example_results, rule_hits
 from logsleuth.taxonomy import NON_CAUSES, TAXONOMY
 
 RULES = rulebook.load()
-MATCH = [pytest.param(r, ex, id=f"{r.id}-match-{i}") for r in RULES.rules for i, ex in enumerate(r.examples_match)]
-NO_MATCH = [pytest.param(r, ex, id=f"{r.id}-no_match-{i}") for r in RULES.rules for i, ex in enumerate(r.examples_no_match)]
+MATCH = [pytest.param(r, i, id=f"{r.id}-match-{i}") for r in RULES.rules for i in range(len(r.examples_match))]
+NO_MATCH = [pytest.param(r, i, id=f"{r.id}-no_match-{i}") for r in RULES.rules for i in range(len(r.examples_no_match))]
 
 
-@pytest.mark.parametrize(("rule", "example"), MATCH)
-def test_rule_matches_its_match_example(rule: rulebook.Rule, example: str) -> None:
-    assert rule_hits(rule, RULES, example)
+@pytest.fixture(scope="module")
+def results() -> dict[tuple[str, str, int], bool]:
+    """Every example of every rule through the pipeline, in one run."""
+    return example_results(RULES)
 
 
-@pytest.mark.parametrize(("rule", "example"), NO_MATCH)
-def test_rule_does_not_match_its_no_match_example(rule: rulebook.Rule, example: str) -> None:
-    assert not rule_hits(rule, RULES, example)
+@pytest.mark.parametrize(("rule", "index"), MATCH)
+def test_rule_matches_its_match_example(rule: rulebook.Rule, index: int, results: dict[tuple[str, str, int], bool]) -> None:
+    assert results[(rule.id, "match", index)], rule.examples_match[index]
+
+
+@pytest.mark.parametrize(("rule", "index"), NO_MATCH)
+def test_rule_does_not_match_its_no_match_example(rule: rulebook.Rule, index: int, results: dict[tuple[str, str, int], bool]) -> None:
+    assert not results[(rule.id, "no_match", index)], rule.examples_no_match[index]
+
+
+def test_examples_checked_together_behave_as_checked_one_by_one(results: dict[tuple[str, str, int], bool]) -> None:
+    # batching must not let one example's lines change another's result
+    for rule in RULES.rules[::10]:
+        for i, ex in enumerate(rule.examples_match):
+            assert rule_hits(rule, RULES, ex) == results[(rule.id, "match", i)]
+        for i, ex in enumerate(rule.examples_no_match):
+            assert rule_hits(rule, RULES, ex) == results[(rule.id, "no_match", i)]
 
 
 def test_builtin_rules_pass_the_checker() -> None:

@@ -1,0 +1,94 @@
+#!/bin/bash
+# logsleuth SLURM epilog: when a job fails, write why next to its output.
+#
+# Wire it in slurm.conf on every node (see docs/slurm.md):
+#     Epilog=/etc/slurm/epilog.d/*          # with this file copied in there, or
+#     Epilog=/opt/logsleuth/epilog.sh       # on its own
+# and say where logsleuth is in /etc/logsleuth/epilog.conf (see epilog.conf).
+#
+# For a failed job it writes <output>.logsleuth.json and <output>.logsleuth.md
+# next to the job's output (slurm-123.out -> slurm-123.logsleuth.{json,md}),
+# owned by the job's user, or into LOGSLEUTH_REPORT_DIR/<user>/.
+#
+# It ALWAYS exits 0, within LOGSLEUTH_TIMEOUT seconds: a failing or slow epilog
+# drains the node. It calls no SLURM command (the SLURM docs forbid it here).
+# It reads the job's files only as the job's user, never as root.
+# Works as Epilog (slurmd, every node: only the batch host acts) and as
+# EpilogSlurmctld (controller, once per job; needs the job's files visible there).
+
+# Settings: these defaults, or the same names in the environment, or the config file (which wins).
+: "${LOGSLEUTH_CMD=logsleuth}"            # how to run logsleuth, e.g. "/opt/logsleuth/venv/bin/logsleuth"
+: "${LOGSLEUTH_PYTHONPATH=}"              # for a source checkout run as "python -m logsleuth"
+: "${LOGSLEUTH_REPORT_DIR=}"              # empty: next to the job's output; else DIR/<user>/slurm-<job>.logsleuth.*
+: "${LOGSLEUTH_STORE=}"                   # a history folder to append every verdict to (logsleuth history DIR)
+: "${LOGSLEUTH_WHEN=failed}"              # failed | always
+: "${LOGSLEUTH_BUDGET=10}"                # seconds of log reading
+: "${LOGSLEUTH_TIMEOUT=30}"               # hard limit for the whole epilog; keep it below EpilogTimeout
+: "${LOGSLEUTH_THREADS=2}"                # CPU threads for the analysis
+: "${LOGSLEUTH_LOG=/var/log/logsleuth-epilog.log}"   # one line per job; "" for none
+
+# slurmd gives its scripts no PATH
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+conf="${LOGSLEUTH_EPILOG_CONF:-/etc/logsleuth/epilog.conf}"
+# it runs as root: read it only if root (whoever runs this) owns it and no one else may write it
+if [ -n "$(find "$conf" -maxdepth 0 -user "$(id -u)" ! -perm /022 2>/dev/null)" ]; then
+    # shellcheck disable=SC1090
+    . "$conf" 2>/dev/null
+fi
+
+if [ -z "${_LOGSLEUTH_GUARDED:-}" ]; then
+    # The outer run: redirect, bound the time, and exit 0 whatever happens inside.
+    exec </dev/null
+    if [ -z "$LOGSLEUTH_LOG" ] || ! { : >>"$LOGSLEUTH_LOG"; } 2>/dev/null; then
+        LOGSLEUTH_LOG=/dev/null
+    fi
+    _LOGSLEUTH_GUARDED=1 timeout -k 2 "${LOGSLEUTH_TIMEOUT}" /bin/bash "$0" "$@" >>"$LOGSLEUTH_LOG" 2>&1
+    rc=$?
+    [ "$rc" = 124 ] || [ "$rc" = 137 ] && echo "$(date +%FT%T) job ${SLURM_JOB_ID:-?}: stopped after ${LOGSLEUTH_TIMEOUT}s" >>"$LOGSLEUTH_LOG" 2>/dev/null
+    exit 0
+fi
+
+# The inner run, under `timeout`. Nothing here may hang: no SLURM commands.
+say() { echo "$(date +%FT%T) job ${SLURM_JOB_ID:-?}: $*"; }
+stamp() { while IFS= read -r line; do echo "$(date +%FT%T) $line"; done; }
+
+[ -n "${SLURM_JOB_ID:-}" ] || { say "no SLURM_JOB_ID: not run by SLURM"; exit 0; }
+uid=${SLURM_JOB_UID:-}
+gid=${SLURM_JOB_GID:-}
+user=${SLURM_JOB_USER:-$uid}
+case "$uid$gid" in *[!0-9]*|"") say "no numeric SLURM_JOB_UID/GID; skipped"; exit 0 ;; esac
+
+args=(epilog --budget "$LOGSLEUTH_BUDGET")
+[ "$LOGSLEUTH_WHEN" = always ] && args+=(--always)
+
+if [ -n "$LOGSLEUTH_REPORT_DIR" ]; then
+    case "$user" in *[!A-Za-z0-9._-]*|"") user=$uid ;; esac
+    dir="$LOGSLEUTH_REPORT_DIR/$user"
+    if [ "$(id -u)" = 0 ]; then
+        install -d -m 0755 "$LOGSLEUTH_REPORT_DIR" && install -d -o "$uid" -g "$gid" -m 0700 "$dir" \
+            || { say "cannot create $dir"; exit 0; }
+    fi
+    args+=(--report-dir "$dir")
+fi
+if [ -n "$LOGSLEUTH_STORE" ]; then
+    # every job's user appends to it: writable by all, listable by none, files kept by their owner
+    [ -d "$LOGSLEUTH_STORE" ] || install -d -m 1733 "$LOGSLEUTH_STORE" || say "cannot create $LOGSLEUTH_STORE"
+    args+=(--store "$LOGSLEUTH_STORE")
+fi
+
+# Run as the job's user, so the job's files are read with the job's rights and
+# the reports belong to it. --init-groups needs the user in the passwd database.
+as_user=()
+if [ "$(id -u)" = 0 ] && [ "$uid" != 0 ]; then
+    groups=--clear-groups
+    setpriv --reuid="$uid" --regid="$gid" --init-groups true 2>/dev/null && groups=--init-groups
+    as_user=(setpriv --reuid="$uid" --regid="$gid" "$groups" --)
+fi
+
+envs=(PYTHONNOUSERSITE=1 POLARS_MAX_THREADS="$LOGSLEUTH_THREADS")
+[ -n "$LOGSLEUTH_PYTHONPATH" ] && envs+=(PYTHONPATH="$LOGSLEUTH_PYTHONPATH")
+# shellcheck disable=SC2086  # LOGSLEUTH_CMD may be "python -m logsleuth"
+(cd / && nice -n 10 "${as_user[@]}" env "${envs[@]}" $LOGSLEUTH_CMD "${args[@]}") 2>&1 | stamp
+rc=${PIPESTATUS[0]}
+[ "$rc" = 0 ] || say "logsleuth exited with status $rc"
+exit 0

@@ -1,0 +1,23 @@
+"""Across ranks: identity, timeline, culprit vs victims, hangs and consistency -> ranked candidates.
+
+``resolve_identity`` runs right after parsing (so rules see ranks and nodes);
+``reason`` runs after matching and returns the conclusions the report shows.
+"""
+
+from __future__ import annotations
+
+from .identity import rank_table, resolve_identity
+from .verdict import EVIDENCE_LIMIT, FAILURE_KINDS, STRONG, Candidate, RankState, Reasoning, Suspect, reason
+
+__all__ = [
+    "EVIDENCE_LIMIT",
+    "FAILURE_KINDS",
+    "STRONG",
+    "Candidate",
+    "RankState",
+    "Reasoning",
+    "Suspect",
+    "rank_table",
+    "reason",
+    "resolve_identity",
+]

@@ -1,0 +1,257 @@
+"""Cross-rank consistency: the node that runs other software, or talks on another network.
+
+Every rank of a healthy job prints the same NCCL version, the same CUDA
+build and driver, picks the same kind of interface and sees the same world
+size. A node that disagrees is a suspect even when its own lines say nothing
+wrong; an interface such as docker0, virbr0 or lo, or an address in 172.17/16,
+127/8 or 169.254/16, is suspect on its own in a job that spans nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+_ADDR = r"Using (?:\[\d+\])?([\w.-]+):([0-9a-fA-F.:%\w-]+?)<"
+_BAD_IFACE = r"^(?:docker\d*|virbr\d*|lo|veth\w*|br-\w+|cni\d*|podman\d*|flannel\S*|tailscale\d*)$"
+_BAD_ADDR = r"^(?:172\.17\.|127\.|169\.254\.|::1$|fe80:)"
+_LOOPBACK_FALLBACK = "Using the loopback address as fallback"
+_IFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET")
+
+
+@dataclass
+class Finding:
+    """One disagreement between ranks or nodes, with the lines that show it."""
+
+    cause: str  # a cause id: version_mismatch, nccl_wrong_interface, env_misconfigured
+    what: str  # what differs, in words
+    nodes: list[str]  # the odd node(s)
+    ranks: list[int]  # the odd rank(s), when known
+    eids: list[int]  # evidence: the odd lines first, then one line of the majority
+    summary: str
+    weight: float  # how sure the finding alone makes us of its cause
+    corroborated: bool = False  # failure lines of other ranks point at the odd node
+
+
+def check(events: pl.DataFrame) -> list[Finding]:
+    """Every disagreement found in ``events`` (identities already resolved)."""
+    ev = events.with_row_index("eid").with_columns(
+        pl.coalesce(pl.col("node"), pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String)]), pl.col("file")).alias("unit")
+    )
+    multi_node = ev.get_column("node").drop_nulls().filter(~ev.get_column("node").drop_nulls().str.contains(r"[\[,]")).n_unique() > 1
+    msg = pl.col("message")
+    out: list[Finding] = []
+    versions = ev.filter(pl.col("kind") == "nccl_version")
+    out += _disagree(versions.with_columns(pl.col("version").alias("value")), "NCCL version", "version_mismatch", 0.75)
+    out += _disagree(
+        versions.with_columns(msg.str.extract(r"\+cuda([\d.]+)", 1).alias("value")),
+        "CUDA version of the NCCL build",
+        "version_mismatch",
+        0.7,
+    )
+    out += _disagree(
+        ev.filter(msg.str.contains(r"cudaDriverVersion \d+")).with_columns(msg.str.extract(r"cudaDriverVersion (\d+)", 1).alias("value")),
+        "CUDA driver version",
+        "version_mismatch",
+        0.6,
+    )
+    out += _nccl_says_mismatch(ev)
+    out += _interfaces(ev, multi_node)
+    out += _env(ev)
+    out += _world(ev)
+    return out
+
+
+_MISMATCH_WARN = r"Mismatched NCCL version detected : rank (\d+) version (\d+) rank (\d+) version (\d+)"
+
+
+def _nccl_says_mismatch(ev: pl.DataFrame) -> list[Finding]:
+    """NCCL >= 2.23 compares versions itself: ``rank 8 version 22703 rank 3 version 22602``.
+
+    Every rank that sees a different peer names one; the version fewer ranks
+    run is the odd one, and the ranks that run it are named by the others.
+    """
+    msg = pl.col("message")
+    warns = ev.filter(msg.str.contains(_MISMATCH_WARN))
+    if warns.is_empty():
+        return []
+    pairs = (
+        pl.concat(
+            [
+                warns.select(msg.str.extract(_MISMATCH_WARN, 1).alias("r"), msg.str.extract(_MISMATCH_WARN, 2).alias("v")),
+                warns.select(msg.str.extract(_MISMATCH_WARN, 3).alias("r"), msg.str.extract(_MISMATCH_WARN, 4).alias("v")),
+            ]
+        )
+        .with_columns(pl.col("r").cast(pl.Int64))
+        .unique()
+    )
+    # fewest ranks first; on a tie, the side without rank 0 (the job's reference) is the odd one
+    by_version = (
+        pairs.group_by("v")
+        .agg(pl.col("r").unique().sort())
+        .with_columns(pl.col("r").list.len().alias("n"), pl.col("r").list.contains(0).alias("has0"))
+        .sort(["n", "has0", "v"])
+    )
+    if by_version.height < 2:
+        return []
+    odd_version, odd_ranks = by_version.row(0)[0], [int(r) for r in by_version.row(0)[1]]
+    major = by_version.row(by_version.height - 1)[0]
+    nodes = sorted(set(ev.filter(pl.col("rank").is_in(odd_ranks)).get_column("node").drop_nulls().to_list()))
+    where = _names(nodes) if nodes else f"rank(s) {', '.join(str(r) for r in odd_ranks[:8])}"
+    return [
+        Finding(
+            cause="version_mismatch",
+            what="NCCL version (NCCL's own check)",
+            nodes=nodes,
+            ranks=odd_ranks,
+            eids=[int(e) for e in warns.sort("eid").get_column("eid").head(3).to_list()],
+            summary=f"NCCL refused to start: NCCL {_dotted(odd_version)} on {where} differs from {_dotted(major)} on the other ranks",
+            weight=0.9,
+            corroborated=True,
+        )
+    ]
+
+
+def _dotted(code: str) -> str:
+    """NCCL's version code (major*10000 + minor*100 + patch since 2.9) as 2.27.3."""
+    n = int(code)
+    return f"{n // 10000}.{n % 10000 // 100}.{n % 100}" if n >= 20900 else code
+
+
+def _units_ranks(df: pl.DataFrame) -> tuple[list[str], list[int]]:
+    nodes = sorted(df.get_column("node").drop_nulls().unique().to_list())
+    ranks = sorted(int(r) for r in df.get_column("rank").drop_nulls().unique().to_list())
+    return nodes, ranks
+
+
+def _disagree(sub: pl.DataFrame, what: str, cause: str, weight: float) -> list[Finding]:
+    """Values of ``sub.value`` that a minority of units (nodes, else ranks, else files) report."""
+    sub = sub.drop_nulls("value")
+    if sub.is_empty():
+        return []
+    groups = (
+        sub.group_by("value")
+        .agg(pl.col("unit").n_unique().alias("units"), pl.col("eid").min().alias("first"))
+        .sort(["units", "first"], descending=[True, False])
+    )
+    if groups.height < 2:
+        return []
+    major = groups.get_column("value")[0]
+    odd = sub.filter(pl.col("value") != major)
+    nodes, ranks = _units_ranks(odd)
+    units = sorted(odd.get_column("unit").unique().to_list())
+    odd_values = ", ".join(groups.get_column("value")[1:].to_list())
+    n_major = int(groups.get_column("units")[0])
+    evidence = odd.sort("eid").unique("value", keep="first", maintain_order=True).get_column("eid").to_list()
+    evidence.append(int(sub.filter(pl.col("value") == major).get_column("eid").min()))  # type: ignore[arg-type]
+    where = _names(nodes) if nodes else ", ".join(units[:8])
+    summary = f"{what} {odd_values} on {where} differs from {major} on the other {n_major} {_unit_word(sub)}"
+    return [Finding(cause=cause, what=what, nodes=nodes, ranks=ranks, eids=[int(e) for e in evidence], summary=summary, weight=weight)]
+
+
+def _unit_word(sub: pl.DataFrame) -> str:
+    return "node(s)" if sub.get_column("node").null_count() == 0 else "rank(s)/file(s)"
+
+
+def _names(items: list[str], limit: int = 6) -> str:
+    text = ", ".join(items[:limit])
+    return text + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
+    """Interfaces NCCL/Gloo chose: suspicious ones, and the odd ones out across nodes."""
+    msg = pl.col("message")
+    net = ev.filter(pl.col("kind") == "nccl_net").with_columns(
+        msg.str.extract(_ADDR, 1).alias("iface"),
+        msg.str.extract(_ADDR, 2).alias("addr"),
+        pl.when(msg.str.contains("Bootstrap")).then(pl.lit("Bootstrap")).otherwise(pl.lit("NET/Socket")).alias("layer"),
+    )
+    out: list[Finding] = []
+    if not multi_node:
+        return out
+    failures = ev.filter(pl.col("level").is_in(["error", "fatal", "warning"]) & (pl.col("kind") != "nccl_net"))
+    bad = net.filter(pl.col("iface").str.contains(_BAD_IFACE).fill_null(False) | pl.col("addr").str.contains(_BAD_ADDR).fill_null(False))
+    if not bad.is_empty():
+        nodes, ranks = _units_ranks(bad)
+        addrs = sorted(set(bad.get_column("addr").drop_nulls().unique().to_list()))
+        ifaces = sorted(set(bad.get_column("iface").drop_nulls().unique().to_list()))
+        mentioned = failures.filter(msg.str.contains_any(addrs)) if addrs else failures.clear()
+        good = net.filter(~pl.col("eid").is_in(bad.get_column("eid").implode()))
+        evidence = bad.sort("eid").unique("unit", keep="first", maintain_order=True).get_column("eid").head(4).to_list()
+        evidence += mentioned.get_column("eid").head(2).to_list() + good.get_column("eid").head(1).to_list()
+        used = ", ".join(f"{i}" for i in ifaces) + (f" ({', '.join(addrs[:3])})" if addrs else "")
+        summary = f"NCCL on {_names(nodes) or 'some ranks'} uses {used}, an interface that does not reach other nodes"
+        if not good.is_empty():
+            summary += f"; the other nodes use {', '.join(sorted(set(good.get_column('iface').drop_nulls().to_list()))[:3])}"
+        if mentioned.height:
+            summary += f"; {mentioned.height} failure line(s) of other ranks name that address"
+        out.append(
+            Finding(
+                "nccl_wrong_interface",
+                "network interface",
+                nodes,
+                ranks,
+                [int(e) for e in evidence],
+                summary,
+                0.9 if mentioned.height else 0.75,
+                corroborated=mentioned.height > 0,
+            )
+        )
+    else:
+        for layer in ("Bootstrap", "NET/Socket"):
+            sub = net.filter(pl.col("layer") == layer).with_columns(pl.col("iface").alias("value"))
+            for f in _disagree(sub, f"{layer} interface", "nccl_wrong_interface", 0.55):
+                out.append(f)
+                break
+            if out:
+                break
+    fallback = ev.filter(msg.str.contains(_LOOPBACK_FALLBACK))
+    if not fallback.is_empty() and not out:
+        nodes, ranks = _units_ranks(fallback)
+        out.append(
+            Finding(
+                "nccl_wrong_interface",
+                "Gloo interface",
+                nodes,
+                ranks,
+                fallback.sort("eid").unique("unit", keep="first", maintain_order=True).get_column("eid").head(4).cast(pl.Int64).to_list(),
+                f"Gloo on {_names(nodes) or 'some ranks'} could not resolve its host name and fell back to the loopback address, which other nodes cannot reach",
+                0.5,
+            )
+        )
+    return out
+
+
+def _env(ev: pl.DataFrame) -> list[Finding]:
+    """NCCL_* settings that differ across nodes, or are set on some nodes only."""
+    env = ev.filter((pl.col("kind") == "nccl_env") & pl.col("detail").str.contains("=")).with_columns(
+        pl.col("detail").str.extract(r"^(\w+)=", 1).alias("var"),
+        pl.col("detail").str.extract(r"=(.*)$", 1).str.strip_chars_end(".").alias("value"),
+    )
+    if env.is_empty():
+        return []
+    nccl_units = ev.filter(pl.col("source") == "nccl").select("unit").unique()
+    out: list[Finding] = []
+    for (var,), sub in env.group_by(["var"], maintain_order=True):  # one per variable: few
+        unset = nccl_units.join(sub.select("unit").unique(), on="unit", how="anti")
+        rows = sub
+        if unset.height and sub.get_column("unit").n_unique() > 0:
+            first_line = ev.filter(pl.col("source") == "nccl").join(unset, on="unit").sort("eid").unique("unit", keep="first")
+            rows = pl.concat(
+                [sub, first_line.with_columns(pl.lit(str(var)).alias("var"), pl.lit("(unset)").alias("value"))], how="diagonal_relaxed"
+            )
+        cause, weight = ("nccl_wrong_interface", 0.6) if var in _IFACE_VARS else ("env_misconfigured", 0.5)
+        out += _disagree(rows, f"{var}", cause, weight)
+    return out
+
+
+def _world(ev: pl.DataFrame) -> list[Finding]:
+    """The world size each process's first communicator reports should be the same everywhere."""
+    first = (
+        ev.filter((pl.col("kind") == "nccl_init") & pl.col("nranks").is_not_null())
+        .sort("eid")
+        .unique(["node", "pid", "file"], keep="first")
+        .with_columns(pl.col("nranks").cast(pl.String).alias("value"))
+    )
+    return _disagree(first, "world size (nranks of the first communicator)", "env_misconfigured", 0.6)

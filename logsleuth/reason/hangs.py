@@ -1,0 +1,268 @@
+"""Hangs: which collective stalled, whose watchdog fired, and who never arrived.
+
+When a collective hangs, every rank that entered it times out and says so
+(NCCL watchdog ``WorkNCCL(SeqNum=.., OpType=..)``, Gloo ``Timed out waiting``);
+the rank that never entered it is the cause and is often the quietest one. It
+shows as a rank whose last enqueued collective is older than the one the others
+time out on (``last enqueued NCCL work: 166`` while others hang on 167), as a rank
+that was alive (it printed, or the launcher had to kill it) but reported no
+timeout, or as a rank told by the TCPStore that *another* rank timed out
+(``Received a dump signal ... from rank N``). Ranks stuck on different
+collectives (another SeqNum, another op or size at the same SeqNum) are a
+desync, not a straggler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+_PG = r"\[PG (?:ID )?(\d+)"
+_STATUS = (
+    r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work):? (\d+),? (?:PG status: )?"
+    r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)"
+)
+_DUMP = r"Received a dump signal due to a collective timeout from (this local rank|\s*rank (-?\d+))"
+_DUMP_STATUS = r"Last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?\d+)"
+_FIRST = r"First PG on this rank to signal dumping"
+#: Gloo's monitored_barrier names the ranks that did not arrive.
+_MISSED_BARRIER = r"Rank (\d+) failed to pass monitoredBarrier"
+#: A store wait that timed out lists the keys it waited for; per-rank keys end in the rank
+#: (gloo's full-mesh rendezvous: ``keys: /default_pg/0//cpu//0/3``).
+_STORE_WAIT = r"wait timeout after \d+ ?ms, keys: (.+)$"
+#: Gloo's own timeout (also inside a traceback's exception line) and monitored_barrier's.
+#: Causes whose lines say "I waited for the others and gave up": the rank that never came is the culprit.
+WAITING = ("collective_timeout", "rendezvous_timeout")
+_GLOO = r"Timed out waiting \d+ms for (?:recv|send) operation|failed to pass monitoredBarrier|timed out in monitoredBarrier"
+
+
+@dataclass
+class Hang:
+    """What the timeout lines say about one stalled collective."""
+
+    pg: str | None
+    seq: int | None
+    op: str | None
+    numel: int | None
+    timeout_ms: int | None
+    timed_out: list[int]  # ranks whose own timeout fired on it
+    hung: list[int]  # ranks that never reached it
+    first_fired: list[int]  # ranks whose watchdog fired first
+    notified: list[int]  # ranks only told by another rank
+    mismatch: str | None  # why this looks like a desync, if it does
+    odd: list[int] = field(default_factory=list)  # in a desync, the ranks in the smaller group
+    behind: dict[int, int] = field(default_factory=dict)  # rank -> last collective it enqueued
+    last_seq: dict[int, int] = field(default_factory=dict)  # rank -> last SeqNum it reported
+    eids: list[int] = field(default_factory=list)  # the timeout events, earliest first
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "pg": self.pg,
+            "seq": self.seq,
+            "op": self.op,
+            "numel": self.numel,
+            "timeout_ms": self.timeout_ms,
+            "timed_out": list(self.timed_out),
+            "hung": list(self.hung),
+            "first_fired": list(self.first_fired),
+            "notified": list(self.notified),
+            "mismatch": self.mismatch,
+            "odd": list(self.odd),
+            "behind": {str(k): v for k, v in sorted(self.behind.items())},
+        }
+
+
+def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[int] | None = None) -> Hang | None:
+    """Read the timeout lines of ``ev`` (eid, pos, rank, kind, message, seq, op, numel, ...).
+
+    ``alive``: ranks known to have run (they printed, or were killed); ``failing``:
+    ranks with a failure of their own, which are never called hung; ``stopped``:
+    ranks the launcher had to kill at the end (still running: a sign of a hang).
+
+    Process groups are told apart by their ``[PG n ...]`` tag; when some lines
+    lack it (older PyTorch), all lines are read as one group. When the silent
+    ranks outnumber the ranks that timed out, the logs are more likely
+    incomplete than the job mostly hung: only silent ranks the launcher had to
+    stop, or on the node of a rank shown behind, are called hung then.
+    """
+    msg = pl.col("message")
+    ranked = ev.filter(pl.col("rank").is_not_null())
+    pg_of = msg.str.extract(_PG, 1)
+    # a line cut short ("OpType=ALLR") names no operation
+    wd = ranked.filter(pl.col("kind") == "watchdog_timeout").with_columns(
+        pg_of.alias("pg"), pl.when(msg.str.contains(r"OpType=\w+[,)]")).then(pl.col("op")).alias("op")
+    )
+    # ranks that waited for others and gave up: collective timeouts, and store/rendezvous waits
+    timeout_hit = pl.col("category").is_in(WAITING).fill_null(False) if "category" in ev.columns else pl.lit(False)
+    gloo = ranked.filter(
+        (pl.col("kind") != "watchdog_timeout") & ((pl.col("kind") == "gloo_timeout") | msg.str.contains(_GLOO) | timeout_hit)
+    )
+    status = ranked.filter(msg.str.contains(_STATUS)).select(
+        "rank",
+        pg_of.alias("pg"),
+        msg.str.extract(_STATUS, 1).cast(pl.Int64).alias("at"),
+        msg.str.extract(_STATUS, 2).cast(pl.Int64).alias("enq"),
+    )
+    dump = ranked.filter(msg.str.contains(_DUMP)).select(
+        "rank",
+        "pos",
+        pg_of.alias("pg"),
+        (msg.str.extract(_DUMP, 1) == "this local rank").alias("self"),
+        msg.str.extract(_DUMP, 2).cast(pl.Int64).alias("from"),
+        msg.str.extract(_DUMP_STATUS, 1).cast(pl.Int64).alias("enq"),
+    )
+    named = _named_missing(ev)
+    if wd.is_empty() and gloo.is_empty() and status.is_empty() and dump.is_empty() and not named:
+        return None
+    # the watchdog line itself may lack the tag its rank's status line for the same SeqNum has
+    tags = status.drop_nulls("pg").select("rank", pl.col("at").alias("seq"), pl.col("pg").alias("_tag")).unique(["rank", "seq"])
+    wd = wd.join(tags, on=["rank", "seq"], how="left").with_columns(pl.coalesce("pg", "_tag").alias("pg")).drop("_tag")
+    tagged = all(f.get_column("pg").null_count() == 0 for f in (wd, status, dump))
+    if not tagged:
+        wd, status, dump = (f.with_columns(pl.lit("*").alias("pg")) for f in (wd, status, dump))
+    pg: str | None = None
+    seq: int | None = None
+    op: str | None = None
+    numel: int | None = None
+    timeout: int | None = None
+    mismatch: str | None = None
+    odd: list[int] = []
+    seen = pl.concat([wd.select("pg", pl.col("seq").alias("at"), "rank"), status.select("pg", "at", "rank")]).drop_nulls("at")
+    if not seen.is_empty():
+        top = seen.group_by("pg", "at").agg(pl.col("rank").n_unique().alias("n")).sort(["n", "pg", "at"], descending=[True, False, False])
+        pg, seq = top.get_column("pg")[0], int(top.get_column("at")[0])
+        mismatch, odd = _desync(wd.filter(pl.col("pg") == pg), seen.filter(pl.col("pg") == pg), seq)
+    here = wd.filter((pl.col("pg") == pg) & (pl.col("seq") == seq)) if seq is not None else wd
+    if not here.is_empty():
+        op = _mode(here, "op")
+        numel = _int(_mode(here, "numel"))
+        timeout = _int(_mode(here, "timeout_ms"))
+    in_pg = seen.filter(pl.col("pg") == pg) if pg is not None else seen
+    timed_out = set(in_pg.get_column("rank").unique().to_list()) | set(gloo.get_column("rank").unique().to_list())
+    behind: dict[int, int] = {}
+    reached: set[int] = set()
+    if seq is not None:
+        lag = pl.concat([status.select("rank", "pg", "enq"), dump.select("rank", "pg", "enq")]).filter(pl.col("pg") == pg)
+        for rank, enq in lag.filter(pl.col("enq") < seq).group_by("rank").agg(pl.col("enq").max()).iter_rows():
+            behind[int(rank)] = int(enq)
+        reached = set(lag.filter(pl.col("enq") >= seq).get_column("rank").to_list()) - set(behind)
+    quiet = alive - timed_out - failing - reached if timed_out else set()
+    if len(quiet) > len(timed_out):
+        behind_nodes = set(ranked.filter(pl.col("rank").is_in(list(behind))).get_column("node").drop_nulls().unique().to_list())
+        on_nodes = set(ranked.filter(pl.col("node").is_in(list(behind_nodes))).get_column("rank").unique().to_list())
+        quiet &= (stopped or set()) | on_nodes
+    hung = sorted((set(behind) | quiet | named) - failing - (timed_out - named))
+    fired = set(dump.filter(pl.col("self")).get_column("rank").to_list())
+    fired |= set(ranked.filter(msg.str.contains(_FIRST)).get_column("rank").to_list())
+    fired |= {int(r) for r in dump.get_column("from").drop_nulls().to_list() if r >= 0}
+    notified = sorted(set(dump.filter(~pl.col("self")).get_column("rank").to_list()) - fired)
+    timeouts = pl.concat([here.select("eid", "pos", "rank"), gloo.select("eid", "pos", "rank")]).sort("pos")
+    if not fired and not timeouts.is_empty():
+        fired = {int(timeouts.get_column("rank")[0])}
+    last_seq = {int(r): int(s) for r, s in wd.group_by("rank").agg(pl.col("seq").max()).drop_nulls().iter_rows()}
+    return Hang(
+        pg=pg if pg != "*" else None,
+        seq=seq,
+        op=op,
+        numel=numel,
+        timeout_ms=timeout,
+        timed_out=sorted(timed_out),
+        hung=hung,
+        first_fired=sorted(fired),
+        notified=notified,
+        mismatch=mismatch,
+        odd=odd,
+        behind=behind,
+        last_seq=last_seq,
+        eids=timeouts.get_column("eid").cast(pl.Int64).to_list(),
+    )
+
+
+def is_wait(message: pl.Expr) -> pl.Expr:
+    """Lines in which a rank says it gave up waiting for others."""
+    return message.str.contains(f"{_GLOO}|{_STORE_WAIT}|{_MISSED_BARRIER}|Watchdog caught collective operation timeout").fill_null(False)
+
+
+def is_store_wait(message: pl.Expr) -> pl.Expr:
+    """A wait on the rendezvous store (the process group never formed), not on a collective."""
+    return message.str.contains(_STORE_WAIT).fill_null(False)
+
+
+def _named_missing(ev: pl.DataFrame) -> set[int]:
+    """Ranks other ranks name as missing: monitored_barrier's report, and the per-rank store
+    keys a timed-out wait was still waiting for (agreed on by every waiter that lists keys)."""
+    msg = pl.col("message")
+    barrier = ev.filter(msg.str.contains(_MISSED_BARRIER)).select(msg.str.extract_all(r"Rank (\d+) failed").alias("m")).explode("m")
+    named = {int(r) for r in barrier.get_column("m").str.extract(r"(\d+)", 1).cast(pl.Int64).drop_nulls().to_list()}
+    waits = ev.filter(msg.str.contains(_STORE_WAIT)).select(msg.str.extract(_STORE_WAIT, 1).alias("keys"))
+    if waits.height:
+        per_wait = waits.get_column("keys").str.split(", ").list.eval(pl.element().str.extract(r"/(\d+)$", 1).cast(pl.Int64))
+        sets = [frozenset(x for x in keys if x is not None) for keys in per_wait.to_list()]  # one per wait line: few
+        if sets and all(sets) and len(set(sets)) == 1:
+            named |= set(sets[0])
+    return named
+
+
+def _mode(df: pl.DataFrame, col: str) -> str | None:
+    """The most frequent value of a column, as text (None when the column is empty)."""
+    values = df.get_column(col).drop_nulls()
+    return str(values.mode().sort()[0]) if values.len() else None
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None else None
+
+
+def _desync(wd: pl.DataFrame, seen: pl.DataFrame, seq: int) -> tuple[str | None, list[int]]:
+    """Why the timed-out ranks disagree on the collective (None when they agree), and the odd ranks."""
+    seqs = seen.group_by("at").agg(pl.col("rank").unique().sort()).sort("at")
+    # a rank reporting several SeqNums mixes process groups (old logs have no PG tag): no verdict on SeqNums then
+    one_each = seen.group_by("rank").agg(pl.col("at").n_unique().alias("n")).get_column("n").max() == 1
+    if seqs.height > 1 and one_each:
+        parts = [f"SeqNum {at} on rank(s) {_short(r)}" for at, r in seqs.iter_rows()]
+        return "ranks time out on different collectives: " + "; ".join(parts), _smallest(seqs.get_column("rank").to_list())
+    same = wd.filter(pl.col("seq") == seq)
+    for col, what in (("op", "operations"), ("numel", "sizes")):
+        groups = same.drop_nulls(col).group_by(col).agg(pl.col("rank").unique().sort()).sort(col)
+        if groups.height > 1:
+            parts = [f"{v} on rank(s) {_short(r)}" for v, r in groups.iter_rows()]
+            return f"ranks run different {what} at SeqNum {seq}: " + "; ".join(parts), _smallest(groups.get_column("rank").to_list())
+    return None, []
+
+
+def _smallest(groups: list[list[int]]) -> list[int]:
+    """The smallest group of ranks (the odd ones out); ties go to the group with the highest ranks."""
+    smallest: list[int] = min(groups, key=lambda g: (len(g), -max(g)))
+    return sorted(smallest)
+
+
+def _short(ranks: list[int], limit: int = 8) -> str:
+    text = ",".join(str(r) for r in ranks[:limit])
+    return text + (f",… ({len(ranks)})" if len(ranks) > limit else "")
+
+
+_FP_SELF = r"Rank (\d+) is running (?:inconsistent )?collective: (.+?)(?:, but Rank \d+ is running collective: |$)"
+_FP_PEER = r", but Rank (\d+) is running collective: (.+?)(?:\.?Collectives differ in the following aspects|$)"
+
+
+def fingerprints(ev: pl.DataFrame) -> tuple[list[int], str] | None:
+    """With TORCH_DISTRIBUTED_DEBUG=DETAIL every rank reports its own collective and a peer's
+    (``Rank 2 is running collective: CollectiveFingerPrint(...), but Rank 3 is running ...``).
+    Ranks grouped by fingerprint: the smaller group is the odd one out. None without such lines."""
+    msg = pl.col("message")
+    lines = ev.filter(msg.str.contains("is running (?:inconsistent )?collective: "))
+    if lines.is_empty():
+        return None
+    said = pl.concat(
+        [
+            lines.select(msg.str.extract(_FP_SELF, 1).alias("who"), msg.str.extract(_FP_SELF, 2).alias("fp")),
+            lines.select(msg.str.extract(_FP_PEER, 1).alias("who"), msg.str.extract(_FP_PEER, 2).alias("fp")),
+        ]
+    ).drop_nulls()
+    per_rank = said.with_columns(pl.col("who").cast(pl.Int64)).group_by("who").agg(pl.col("fp").mode().sort().first())
+    groups = per_rank.group_by("fp").agg(pl.col("who").sort().alias("ranks"))
+    if groups.height < 2:
+        return None
+    odd = _smallest(groups.get_column("ranks").to_list())
+    return odd, f"rank(s) {_short(odd)} ran a different collective from the other {per_rank.height - len(odd)} rank(s)"

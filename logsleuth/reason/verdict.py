@@ -1,0 +1,874 @@
+"""Across ranks: who failed first, who only suffered, and what the cause is.
+
+Each event keeps its strongest rule hit. A hit's role says how to read it:
+``primary`` (a root cause in itself: an exception in user code, an OOM kill, a
+time limit), ``consequence`` (what victims print: peer closed the connection,
+watchdog timeouts, SIGTERM from the launcher) or ``context`` (supports a
+verdict, never makes one).
+
+Rules see one line at a time; the cascade needs the whole job. So before
+ranking, exit records are read in the light of their rank's other lines: a
+worker the launcher killed while tearing the job down (``Sending process N
+closing signal SIGTERM``, exit -15, ``srun: ... Terminated`` after another
+task failed) is a victim; an exit whose rank printed its own error is only a
+summary of that error (SIGABRT after a watchdog timeout is the watchdog's
+abort). What is left is each rank's own failure. The verdict is the earliest
+strong primary failure; then a failure no rule explains (the rank is named,
+the cause is unknown); then, when only victims' symptoms are in the logs, the
+rank that never reached the stalled collective; and a node whose software or
+network disagrees with the others explains symptoms that name no culprit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
+from logsleuth.rulebook import RuleSet
+
+from . import consistency, hangs, timeline
+from .identity import per_node_files, rank_table
+
+#: Kinds of event that show a process or job failed (used to tell `unknown` from `none`).
+FAILURE_KINDS = (
+    "traceback",
+    "cpp_terminate",
+    "cpp_what",
+    "watchdog_timeout",
+    "gloo_timeout",
+    "child_failed",
+    "agent_worker_failed",
+    "srun_exit",
+    "slurm_cancel",
+    "slurm_oom",
+    "slurm_failed",
+    "slurm_memory_error",
+    "slurm_node_failure",
+)
+#: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
+EXIT_KINDS = ("child_failed", "agent_worker_failed", "srun_exit")
+#: What a rank says about its own failure (its exit record then only summarises it).
+DETAIL_KINDS = ("traceback", "cpp_terminate", "cpp_what", "exception", "watchdog_timeout", "gloo_timeout", "nccl_warn")
+#: Signals launchers send to stop the survivors.
+TEARDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+#: Exceptions that launchers raise about their children, never a cause in themselves.
+LAUNCHER_EXCEPTIONS = r"(?:ChildFailedError|SignalException|CalledProcessError|ProcessExitedException|ProcessRaisedException)$"
+#: Primary hits at least this strong compete on time: the earliest is the root cause.
+#: A hit's weight says how sure its line is of its cause, not which cause comes first.
+STRONG = 0.5
+EVIDENCE_LIMIT = 6
+#: Verdict categories that describe what victims saw; a disagreement between
+#: nodes explains them better (per finding cause).
+SYMPTOMS: dict[str, frozenset[str]] = {
+    "version_mismatch": frozenset(
+        {
+            "peer_failure",
+            "collective_timeout",
+            "collective_mismatch",
+            "unknown",
+            "crash_signal",
+            "import_error",
+            "cuda_error",
+            "rendezvous_timeout",
+        }
+    ),
+    "nccl_wrong_interface": frozenset({"peer_failure", "collective_timeout", "unknown", "master_unreachable", "rendezvous_timeout"}),
+    "env_misconfigured": frozenset({"peer_failure", "collective_timeout", "unknown", "rendezvous_timeout"}),
+}
+#: A stalled collective with a SeqNum above this shows the job had been running:
+#: set-up problems (versions, interfaces) are then unlikely to be the cause.
+PROGRESS_SEQ = 2
+
+
+@dataclass
+class Candidate:
+    """A cause with the events that support it, best first."""
+
+    cause: str
+    category: str
+    role: str
+    weight: float
+    confidence: float
+    eids: list[int]
+    rules: list[str]
+    ranks: list[int] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    summary: str | None = None  # a sentence the reasoner wrote (hangs, disagreements)
+    first: dict[str, object] | None = None  # first failure, when not its first event's
+
+
+@dataclass
+class RankState:
+    """One rank's part in the failure."""
+
+    rank: int
+    node: str | None
+    status: str  # culprit | failed | hung | victim | finished | unknown
+    evidence: tuple[str, int] | None = None  # file, line
+    local_rank: int | None = None
+    pid: int | None = None
+    time: str | None = None
+    kind: str | None = None
+    cause: str | None = None
+    note: str | None = None  # why this status, in a few words
+    seq: int | None = None  # last collective SeqNum the rank reported
+    last: tuple[str, int, str] | None = None  # the last line it printed: file, line, text
+
+
+@dataclass
+class Suspect:
+    """A node the evidence points at, and why."""
+
+    node: str
+    reasons: list[str]
+    causes: list[str]
+    ranks: list[int]
+    eids: list[int]
+
+
+@dataclass
+class Reasoning:
+    """What the reasoner concluded; the report is rendered from this and the events."""
+
+    candidates: list[Candidate]
+    failed: bool
+    first_eid: int | None
+    first_failure: dict[str, object]
+    ranks: list[RankState]
+    notes: list[str]
+    hang: hangs.Hang | None = None
+    suspects: list[Suspect] = field(default_factory=list)
+    ordering: str = "line-order"
+    ordering_note: str = ""
+    offsets: dict[str, float] = field(default_factory=dict)
+
+
+def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
+    """Rank the causes, find the first failure and every rank's part; never raises on empty input."""
+    notes: list[str] = []
+    ev = events.with_row_index("eid")
+    best = _best_hits(hits)
+    is_failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
+    focus = ev.join(best, on="eid", how="left").filter(is_failure | (pl.col("hit_role").is_not_null() & (pl.col("hit_role") != "context")))
+    tl = timeline.build(events, focus.get_column("eid"))
+    ev = ev.join(tl.order, on="eid", how="left").join(best, on="eid", how="left")
+    ev = _read_exits(ev, events)
+    if _launcher_saw_no_failure(ev):
+        # an error the job survived (a caught, logged exception): the launcher reported no death
+        ev = ev.with_columns(pl.lit(False).alias("unexplained"), (pl.col("role") == "primary").fill_null(False).alias("own"))
+        failed = bool(best.filter(pl.col("hit_role") != "context").height)
+    else:
+        failed = bool(events.filter(is_failure).height) or bool(best.filter(pl.col("hit_role") != "context").height)
+
+    attributed = _attributed(ev, events)
+    failing = set(attributed.filter(pl.col("own")).get_column("rank").unique().to_list())
+    alive = set(attributed.get_column("rank").unique().to_list())
+    stopped = set(attributed.filter(pl.col("why") == "stopped by the launcher").get_column("rank").unique().to_list())
+    hang = hangs.analyze(ev, alive, failing, stopped) if failed else None
+    findings = consistency.check(events)
+
+    candidates = _candidates(ev, rules)
+    lead = _lead(candidates, ev, hang, rules)
+    if lead is not None:
+        lead = _refine(lead, candidates, ev, events, hang, rules, notes)
+        # a hang candidate absorbs the rule candidate of the same cause it was built from
+        candidates = [lead] + [c for c in candidates if c is not lead and not (lead.role == "hang" and c.cause == lead.cause)]
+    candidates = _with_findings(candidates, findings, hang, ev, rules)
+    if candidates:
+        _confidence(candidates)
+        if candidates[0].cause == "unknown":
+            notes.append("no rule explains the first failure; it is shown with its rank and lines")
+    elif failed:
+        notes.append("the job failed, but no rule recognises the failure")
+    first_eid = candidates[0].eids[0] if candidates and candidates[0].eids else None
+    first = _first_failure(ev, candidates[0] if candidates else None)
+    lead_now = candidates[0] if candidates else None
+    ranks = _rank_states(
+        attributed,
+        events,
+        first,
+        hang,
+        failed,
+        lead_now.role if lead_now else None,
+        lead_now.category if lead_now else None,
+        lead_now.cause if lead_now else None,
+    )
+    if failed and tl.ordering != "timestamps" and events.get_column("file").n_unique() > 1:
+        notes.append(f"ordering across files: {tl.note}")
+    return Reasoning(
+        candidates=candidates,
+        failed=failed,
+        first_eid=first_eid,
+        first_failure=first,
+        ranks=ranks,
+        notes=notes,
+        hang=hang,
+        suspects=_suspects(candidates, findings, ranks, hang, first),
+        ordering=tl.ordering,
+        ordering_note=tl.note,
+        offsets=tl.offsets,
+    )
+
+
+#: Launcher reports of a death: any of them means the job did fail.
+_DEATH_REPORTS = (*EXIT_KINDS, "slurm_cancel", "slurm_oom", "slurm_failed", "slurm_memory_error", "slurm_node_failure", "watchdog_timeout")
+
+
+def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
+    """The launcher's own output is in the inputs (torchrun's log lines, srun's labels) and it
+    reported no worker's death: errors printed along the way were survived."""
+    present = ev.filter((pl.col("source") == "launcher") | pl.col("task").is_not_null()).height > 0
+    if not present or not ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty():
+        return False
+    # and every file went on with ordinary output after its last error (a cut-off log did not)
+    failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
+    ordinary = (pl.col("kind") == "line") & (pl.col("level") == "info")
+    per_file = ev.group_by("file").agg(
+        pl.col("line").filter(failure).max().alias("_err"), pl.col("line").filter(ordinary).max().alias("_ok")
+    )
+    return per_file.filter(pl.col("_err").is_not_null() & (pl.col("_ok").is_null() | (pl.col("_ok") < pl.col("_err")))).is_empty()
+
+
+def _best_hits(hits: pl.DataFrame) -> pl.DataFrame:
+    """Per event, its strongest hit (ties: primary before consequence before context)."""
+    role_rank = pl.col("role").replace_strict({"primary": 0, "consequence": 1, "context": 2}, return_dtype=pl.Int8)
+    return (
+        hits.sort(["eid", "weight", role_rank], descending=[False, True, False])
+        .group_by("eid", maintain_order=True)
+        .first()
+        .select("eid", "rule", "cause", "category", pl.col("role").alias("hit_role"), "weight")
+    )
+
+
+def _attributed(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """The events with a rank, plus one row per rank of each multi-task srun exit line."""
+    multi = ev.filter((pl.col("kind") == "srun_exit") & pl.col("rank").is_null()).drop("rank")
+    expanded = multi.join(_exit_ranks(ev, events), on="eid").with_columns(pl.col("rank").cast(pl.Int32))
+    return pl.concat([ev.filter(pl.col("rank").is_not_null()), expanded.select(ev.columns)])
+
+
+def _exit_ranks(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """eid -> the ranks an exit record covers (srun task ranges expand; one loop per srun line: few)."""
+    agents = per_node_files(events)
+    rows: list[tuple[int, int]] = []
+    srun = ev.filter((pl.col("kind") == "srun_exit") & pl.col("tasks").is_not_null() & ~pl.col("file").is_in(list(agents)))
+    for eid, tasks in srun.select("eid", "tasks").iter_rows():
+        try:
+            rows.extend((eid, t) for t in expand_ranges(tasks))
+        except HostlistError:
+            continue
+    single = ev.filter(pl.col("kind").is_in(EXIT_KINDS) & pl.col("rank").is_not_null() & (pl.col("kind") != "srun_exit")).select(
+        "eid", pl.col("rank").cast(pl.Int64)
+    )
+    listed = pl.DataFrame(rows, schema={"eid": pl.UInt32(), "rank": pl.Int64()}, orient="row")
+    return pl.concat([single.cast({"eid": pl.UInt32}), listed])
+
+
+def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """Set each event's final ``role``, ``why`` it was reread, and whether it is its rank's ``own`` failure."""
+    is_exit = pl.col("kind").is_in(EXIT_KINDS)
+    teardown = ev.filter((pl.col("kind") == "agent_teardown") & pl.col("pid").is_not_null()).select(
+        pl.col("file"), pl.col("task").fill_null(-1).alias("_task"), "pid", pl.lit(True).alias("_closed")
+    )
+    ev = (
+        ev.with_columns(pl.col("task").fill_null(-1).alias("_task"))
+        .join(teardown.unique(), on=["file", "_task", "pid"], how="left")
+        .drop("_task")
+        .with_columns(pl.col("_closed").fill_null(False))
+    )
+    # srun reports the first task to die first; later SIGKILL/SIGTERM exits are its teardown
+    first_srun = ev.filter(pl.col("kind") == "srun_exit").group_by("file").agg(pl.col("line").min().alias("_first_srun"))
+    cancelled = ev.filter(pl.col("kind") == "slurm_cancel").height > 0
+    ev = ev.join(first_srun, on="file", how="left")
+    signalled = pl.col("signal").is_in(["SIGKILL", "SIGTERM"]).fill_null(False)
+    torn = (
+        is_exit & (pl.col("signal").is_in(TEARDOWN_SIGNALS).fill_null(False) | pl.col("_closed"))
+        | ((pl.col("kind") == "srun_exit") & signalled & ((pl.col("line") > pl.col("_first_srun")) | pl.lit(cancelled)))
+        | ((pl.col("kind") == "traceback") & pl.col("exc_type").str.contains(r"SignalException$").fill_null(False))
+    )
+    agents = list(per_node_files(events))
+    launcher = (pl.col("kind") == "traceback") & pl.col("exc_type").str.contains(LAUNCHER_EXCEPTIONS).fill_null(False)
+    # where srun starts one torchrun per node, "task 0: Exited with exit code 1" is that torchrun reporting its workers
+    launcher = launcher | ((pl.col("kind") == "srun_exit") & pl.col("file").is_in(agents) & pl.col("signal").is_null())
+    # "terminate called after throwing ..." only announces the what(): line that follows it
+    header = pl.col("kind") == "cpp_terminate"
+    ev = ev.with_columns(torn.fill_null(False).alias("_torn"), launcher.alias("_launcher"), header.alias("_header"))
+
+    # what each rank said itself (not counting exit records)
+    said = ev.filter(~is_exit & pl.col("rank").is_not_null() & ~pl.col("_launcher") & ~pl.col("_torn")).group_by("rank")
+    per_rank = said.agg(
+        (pl.col("kind").is_in(DETAIL_KINDS) | pl.col("hit_role").is_in(["primary", "consequence"])).any().alias("_detail"),
+        (pl.col("hit_role") == "consequence").any().alias("_conseq"),
+        (pl.col("hit_role") == "primary").any().alias("_primary"),
+    )
+    covered = _exit_ranks(ev, events).join(per_rank.cast({"rank": pl.Int64}), on="rank", how="left")
+    per_exit = covered.group_by("eid").agg(
+        pl.col("_detail").fill_null(False).all().alias("_x_detail"),
+        (pl.col("_conseq").fill_null(False) & ~pl.col("_primary").fill_null(False)).all().alias("_x_conseq"),
+    )
+    ev = ev.join(per_exit, on="eid", how="left").join(per_rank, on="rank", how="left")
+    summary = is_exit & pl.col("_x_detail").fill_null(False)
+    after_peer = is_exit & pl.col("_x_conseq").fill_null(False)
+    why = (
+        pl.when(pl.col("_torn"))
+        .then(pl.lit("stopped by the launcher"))
+        .when(pl.col("_launcher"))
+        .then(pl.lit("the launcher's report"))
+        .when(pl.col("_header"))
+        .then(pl.lit("announces the line after it"))
+        .when(summary & ~after_peer)
+        .then(pl.lit("exit after its own error"))
+        .when(after_peer)
+        .then(pl.lit("exit after a peer failed"))
+    )
+    role = (
+        pl.when(pl.col("_torn") | after_peer)
+        .then(pl.lit("consequence"))
+        .when(pl.col("_launcher") | pl.col("_header") | summary)
+        .then(pl.lit(None, dtype=pl.String))
+        .otherwise(pl.col("hit_role"))
+    )
+    ev = ev.with_columns(why.alias("why"), role.alias("role"))
+    ev = _late_cancellations(ev)
+    failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
+    quiet_rank = ~pl.col("_conseq").fill_null(False) & ~pl.col("_primary").fill_null(False)
+    unexplained = failure & pl.col("role").is_null() & pl.col("why").is_null() & quiet_rank
+    return ev.with_columns(
+        unexplained.alias("unexplained"),
+        ((pl.col("role") == "primary").fill_null(False) | unexplained).alias("own"),
+    ).drop("_closed", "_first_srun", "_x_detail", "_x_conseq", "_detail", "_conseq", "_primary")
+
+
+def _late_cancellations(ev: pl.DataFrame) -> pl.DataFrame:
+    """A cancellation or time limit after ranks had already died is the clean-up, not the cause.
+
+    A job that hangs after a failure runs until someone scancels it or its time
+    limit ends it; SLURM's line then comes last. It keeps its role only when no
+    process had exited and no strong failure line was printed before it.
+    """
+    is_exit = pl.col("kind").is_in(EXIT_KINDS) & ~pl.col("_torn")
+    strong = pl.col("role").is_in(["primary", "consequence"]) & (pl.col("weight") >= STRONG) & (pl.col("kind") != "slurm_cancel")
+    before = ev.filter(is_exit | strong.fill_null(False)).get_column("pos").min()
+    if before is None:
+        return ev
+    late = (pl.col("kind") == "slurm_cancel") & pl.col("category").is_in(["slurm_cancelled", "slurm_time_limit"]) & (pl.col("pos") > before)
+    return ev.with_columns(
+        pl.when(late).then(pl.lit("context")).otherwise(pl.col("role")).alias("role"),
+        pl.when(late).then(pl.lit("ended a job that had already failed")).otherwise(pl.col("why")).alias("why"),
+    )
+
+
+def _candidates(ev: pl.DataFrame, rules: RuleSet) -> list[Candidate]:
+    """One candidate per cause from the events a rule gave a primary or consequence role.
+
+    Exit records the reasoner reread (teardown, summaries) only decide a rank's
+    status; their rule's cause was about the line, not the job.
+    """
+    rows = ev.filter(pl.col("role").is_in(["primary", "consequence"]) & pl.col("why").is_null() & pl.col("cause").is_not_null()).sort("pos")
+    out: list[Candidate] = []
+    for (cause,), group in rows.group_by(["cause"], maintain_order=True):  # one per cause: few
+        role = "primary" if (group.get_column("role") == "primary").any() else "consequence"
+        main = group.filter(pl.col("role") == role)
+        out.append(
+            Candidate(
+                cause=str(cause),
+                category=rules.category(str(cause)),
+                role=role,
+                weight=float(main.get_column("weight").max()),  # type: ignore[arg-type]
+                confidence=0.0,
+                eids=[int(e) for e in main.get_column("eid").to_list()]
+                + [int(e) for e in group.filter(pl.col("role") != role).get_column("eid").to_list()],
+                rules=sorted(set(group.get_column("rule").drop_nulls().unique().to_list())),
+                ranks=sorted({int(r) for r in group.get_column("rank").drop_nulls().to_list()}),
+                nodes=sorted(set(group.get_column("node").drop_nulls().unique().to_list())),
+            )
+        )
+    firsts = [c.eids[0] for c in out]
+    pos = {int(e): int(p) for e, p in ev.filter(pl.col("eid").is_in(firsts)).select("eid", "pos").iter_rows()}
+    primaries = [c for c in out if c.role == "primary"]
+    consequences = [c for c in out if c.role != "primary"]
+    strong = sorted((c for c in primaries if c.weight >= STRONG), key=lambda c: pos.get(c.eids[0], 0))
+    weak = sorted((c for c in primaries if c.weight < STRONG), key=lambda c: -c.weight)
+    conseq = sorted(consequences, key=lambda c: (-c.weight, pos.get(c.eids[0], 0)))
+    return strong + weak + conseq
+
+
+def _lead(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang | None, rules: RuleSet) -> Candidate | None:
+    """The verdict before disagreements between nodes are weighed."""
+    strong = [c for c in cands if c.role == "primary" and c.weight >= STRONG]
+    if strong:
+        return strong[0]
+    unexplained = ev.filter(pl.col("unexplained")).sort("pos")
+    weak = [c for c in cands if c.role == "primary"]
+    if not unexplained.is_empty():
+        first = unexplained.row(0, named=True)
+        weak_first = min(weak, key=lambda c: _pos(ev, c.eids[0])) if weak else None
+        if weak_first is None or _pos(ev, weak_first.eids[0]) > first["pos"]:
+            return Candidate(
+                cause="unknown",
+                category="unknown",
+                role="primary",
+                weight=0.5,
+                confidence=0.0,
+                eids=[int(e) for e in unexplained.get_column("eid").to_list()],
+                rules=[],
+                ranks=sorted({int(r) for r in unexplained.get_column("rank").drop_nulls().to_list()}),
+                nodes=sorted(set(unexplained.get_column("node").drop_nulls().unique().to_list())),
+            )
+        return weak_first
+    if weak:
+        return weak[0]
+    if hang is not None and (hang.hung or hang.mismatch):
+        return _hang_candidate(cands, ev, hang, rules)
+    return cands[0] if cands else None
+
+
+def _refine(
+    lead: Candidate,
+    cands: list[Candidate],
+    ev: pl.DataFrame,
+    events: pl.DataFrame,
+    hang: hangs.Hang | None,
+    rules: RuleSet,
+    notes: list[str],
+) -> Candidate:
+    """Cross-rank facts that move the first failure away from the lead's first line.
+
+    - ranks that waited for the others (collective or rendezvous timeouts): the
+      first failure is the rank that never came;
+    - a collective mismatch: the rank whose collective differs from the others';
+    - victims of a vanished peer: the rank that left the job without an error;
+    - ranks that failed the same way at the same moment: the lowest of them.
+    """
+    if lead.category in hangs.WAITING and lead.role != "hang" and hang is not None and hang.hung:
+        return _hang_candidate(cands, ev, hang, rules, cause=lead.cause)
+    if lead.cause == "unknown" and hang is not None and hang.hung:
+        # the unexplained errors were ranks giving up waiting (their exit records aside)
+        lines = ev.filter(pl.col("eid").is_in(lead.eids) & ~pl.col("kind").is_in(EXIT_KINDS))
+        if lines.select(hangs.is_wait(pl.col("message")).all()).item():
+            store = lines.select(hangs.is_store_wait(pl.col("message")).any()).item()
+            return _hang_candidate(cands, ev, hang, rules, cause="rendezvous_timeout" if store else None)
+    if lead.category in ("collective_mismatch", "unknown") and lead.first is None:
+        odd = hangs.fingerprints(ev)
+        ranks, why = odd if odd else ((hang.odd, hang.mismatch or "") if hang and hang.odd else ([], ""))
+        if ranks:
+            if lead.category == "unknown":  # every rank raised "Detected mismatch between collectives"
+                lead = _mismatch_candidate(ev, rules, ranks, why)
+            lead.first = _rank_first(ev, ranks[0])
+            lead.ranks = sorted(set(lead.ranks) | set(ranks))
+            if why:
+                notes.append(f"collective mismatch: {why}")
+            return lead
+    if lead.category == "peer_failure" and lead.role == "consequence":
+        left = _left_early(ev, events)
+        if left:
+            rank = left[0]
+            lead.first = _rank_first(ev, rank)
+            where = f" ({lead.first['node']})" if lead.first.get("node") else ""
+            lead.summary = (
+                f"Rank {rank}{where} left the job without an error while the others still needed it; they failed on the closed connection"
+            )
+            return lead
+    if lead.role == "primary" and lead.first is None and lead.category not in hangs.WAITING:
+        tied = _simultaneous(ev, lead)
+        if tied is not None:
+            lead.first = _rank_first(ev, tied, among=lead.eids)
+    return lead
+
+
+def _mismatch_candidate(ev: pl.DataFrame, rules: RuleSet, odd: list[int], why: str) -> Candidate:
+    """collective_mismatch from the ranks' own collective fingerprints, when no rule named it."""
+    lines = ev.filter(pl.col("message").str.contains("is running (?:inconsistent )?collective: ")).sort("pos")
+    first_odd = lines.filter(pl.col("rank").is_in(odd))
+    eids = [int(e) for e in pl.concat([first_odd, lines]).get_column("eid").unique(maintain_order=True).to_list()]
+    return Candidate(
+        cause="collective_mismatch",
+        category=rules.category("collective_mismatch"),
+        role="primary",
+        weight=0.8,
+        confidence=0.0,
+        eids=eids,
+        rules=[],
+        ranks=sorted({int(r) for r in lines.get_column("rank").drop_nulls().to_list()}),
+        nodes=sorted(set(lines.get_column("node").drop_nulls().unique().to_list())),
+        summary=f"Ranks issued different collectives: {why}",
+    )
+
+
+def _rank_first(ev: pl.DataFrame, rank: int, among: list[int] | None = None) -> dict[str, object]:
+    """First failure at ``rank``: its node, and the time of its first failure line (of ``among``, if given)."""
+    rows = ev.filter(pl.col("rank") == rank)
+    if among is not None:
+        rows = rows.filter(pl.col("eid").is_in(among))
+    failing = rows.filter(pl.col("own") | pl.col("role").is_in(["primary", "consequence"])).sort("pos")
+    pick = failing if failing.height else rows.sort("pos")
+    nodes = ev.filter((pl.col("rank") == rank) & pl.col("node").is_not_null()).get_column("node")
+    node = nodes.mode().sort()[0] if nodes.len() else None
+    when = _own_time(ev, int(pick.get_column("eid")[0])) if pick.height else None
+    return {"rank": rank, "node": node, "time": when}
+
+
+def _simultaneous(ev: pl.DataFrame, lead: Candidate) -> int | None:
+    """The lowest rank when several ranks failed the same way and nothing orders them.
+
+    Line order between ranks is only the order in which their output reached
+    the file; the timeline's times (own stamps, or the stamped line above)
+    decide when they differ by more than a second.
+    """
+    mine = ev.filter(pl.col("eid").is_in(lead.eids) & pl.col("own"))
+    own = mine.filter(pl.col("rank").is_not_null())
+    per_rank = own.group_by("rank").agg(pl.col("t").min(), pl.col("pos").min().alias("p"))
+    # "the same way" means the same words (numbers aside): a victim quoting the culprit's error differs
+    said = own.filter(~pl.col("kind").is_in(EXIT_KINDS)).sort("pos").group_by("rank").agg(pl.col("message").first())
+    if said.get_column("message").str.replace_all(r"0x[0-9a-fA-F]+|\d+", "#").n_unique() > 1:
+        return None
+    if per_rank.height < 2:
+        # errors raised before init_process_group carry no rank prefix: the same message from
+        # several processes, next to exit records of several ranks, is still a simultaneous failure
+        repeated = mine.filter(pl.col("rank").is_null()).group_by("message").len().get_column("len").max()
+        if repeated is None or int(repeated) < 2:  # type: ignore[arg-type]
+            return None
+        exited = ev.filter(pl.col("kind").is_in(EXIT_KINDS) & pl.col("rank").is_not_null()).get_column("rank")
+        ranks = set(exited.unique().to_list()) | set(per_rank.get_column("rank").unique().to_list())
+        return min(ranks) if len(ranks) >= 2 else None
+    stamped = per_rank.drop_nulls("t")
+    if stamped.height == per_rank.height:
+        first = stamped.get_column("t").min()
+        window = stamped.filter(pl.col("t") <= first + timedelta(seconds=1))  # type: ignore[operator]
+        return int(window.get_column("rank").min()) if window.height > 1 else None  # type: ignore[arg-type]
+    if stamped.height == 0:
+        return int(per_rank.get_column("rank").min())  # type: ignore[arg-type]
+    return None
+
+
+def _left_early(ev: pl.DataFrame, events: pl.DataFrame) -> list[int]:
+    """Ranks that stopped without an error while the others failed on their absence.
+
+    Seen only where the launcher's failure table covers the rank's node and
+    neither lists the rank nor had to stop it: it exited with code 0 first.
+    """
+    cfe = events.filter(pl.col("kind") == "child_failed")
+    if cfe.is_empty():
+        return []
+    listed = set(cfe.get_column("rank").drop_nulls().unique().to_list())
+    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().unique().to_list())
+    nodes = set(cfe.get_column("node").drop_nulls().unique().to_list())
+    ranked = ev.filter(pl.col("rank").is_not_null() & pl.col("node").is_in(list(nodes)))
+    quiet = ranked.group_by("rank").agg(
+        (pl.col("own") | pl.col("role").is_in(["primary", "consequence"])).any().alias("_failed"),
+        pl.col("pid").drop_nulls().first().alias("_pid"),
+    )
+    left = quiet.filter(~pl.col("_failed") & ~pl.col("rank").is_in(list(listed)) & ~pl.col("_pid").is_in(list(closed)).fill_null(False))
+    return sorted(int(r) for r in left.get_column("rank").to_list())
+
+
+def _pos(ev: pl.DataFrame, eid: int) -> int:
+    got = ev.filter(pl.col("eid") == eid).get_column("pos")
+    return int(got[0]) if got.len() else 0
+
+
+def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, rules: RuleSet, cause: str | None = None) -> Candidate:
+    """collective_timeout (or ``cause``, e.g. a rendezvous timeout) naming the ranks that never
+    arrived, or collective_mismatch for a desync."""
+    cause = cause or ("collective_mismatch" if hang.mismatch and not hang.hung else "collective_timeout")
+    base = next((c for c in cands if c.cause == cause), None) or next((c for c in cands if c.category == rules.category(cause)), None)
+    hung_rows = ev.filter(pl.col("rank").is_in(hang.hung)).sort("pos")
+    # per hung rank: the line that shows it behind (its last enqueued collective), else the last it printed
+    behind = pl.col("message").str.contains("(?i)last enqueued")
+    shown = hung_rows.group_by("rank", maintain_order=True).agg(
+        pl.coalesce(pl.col("eid").filter(behind).first(), pl.col("eid").last()).alias("eid")
+    )
+    hung_eids = shown.get_column("eid").head(2).to_list()
+    eids = list(dict.fromkeys([*(int(e) for e in hung_eids), *hang.eids, *(base.eids if base is not None else [])]))
+    where = ev.filter(pl.col("rank").is_in(hang.hung)).get_column("node").drop_nulls().unique().sort().to_list()
+    waiting_for = "the rendezvous" if rules.category(cause) == "rendezvous_timeout" else "a collective"
+    what = f"{hang.op} (SeqNum {hang.seq})" if hang.op and hang.seq is not None else waiting_for
+    if hang.hung:
+        ranks_text = _rank_list(hang.hung)
+        summary = (
+            f"{what} timed out{f' on {len(hang.timed_out)} rank(s)' if hang.timed_out else ''} because rank {ranks_text}"
+            f"{' (' + ', '.join(where) + ')' if where else ''} never reached it"
+        )
+        if hang.behind:
+            lag = sorted(set(hang.behind.values()))
+            summary += f": its last enqueued collective is SeqNum {', '.join(str(v) for v in lag)}"
+        if hang.mismatch:
+            summary += f"; the ranks also disagree on the collective ({hang.mismatch})"
+        first_rank: int | None = hang.hung[0]
+    else:
+        summary = f"ranks issued different collectives: {hang.mismatch}"
+        first_rank = hang.odd[0] if hang.odd else None
+    summary = summary[0].upper() + summary[1:]
+    row = ev.filter(pl.col("rank") == first_rank).sort("pos").tail(1) if first_rank is not None else ev.clear()
+    when = _own_time(ev, hang.eids[0]) if hang.eids else None
+    first = {"rank": first_rank, "node": row.get_column("node")[0] if row.height else None, "time": when}
+    return Candidate(
+        cause=base.cause if base is not None else cause,
+        category=rules.category(base.cause if base is not None else cause),
+        role="hang",
+        weight=max(0.75, base.weight if base is not None else 0.0),
+        confidence=0.0,
+        eids=eids,
+        rules=base.rules if base is not None else [],
+        ranks=sorted(set(hang.hung) | set(hang.timed_out)),
+        nodes=where,
+        summary=summary,
+        first=first,
+    )
+
+
+def _with_findings(
+    cands: list[Candidate], findings: list[consistency.Finding], hang: hangs.Hang | None, ev: pl.DataFrame, rules: RuleSet
+) -> list[Candidate]:
+    """Add disagreements between nodes as candidates; one leads when it explains a symptom-only verdict."""
+    if not findings:
+        return cands
+    lead = cands[0] if cands else None
+    progressed = hang is not None and hang.seq is not None and hang.seq > PROGRESS_SEQ
+    named_culprit = lead is not None and lead.role == "hang" and bool(hang and hang.hung)
+    failed = bool(ev.filter(pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])).height) or lead is not None
+    extra: list[Candidate] = []
+    promoted: Candidate | None = None
+    absorbed: Candidate | None = None
+    for f in sorted(findings, key=lambda f: (-f.corroborated, -f.weight)):
+        cand = _finding_candidate(f, ev, rules)
+        # a rule already names this category from some rank's line; the comparison
+        # across nodes says which node is the odd one, so it names the culprit
+        agrees = lead is not None and lead.category == cand.category
+        explains = lead is None or agrees or lead.category in SYMPTOMS.get(f.cause, frozenset())
+        strong = f.corroborated or agrees or (f.weight >= 0.7 and not progressed and not named_culprit)
+        if failed and promoted is None and explains and strong:
+            promoted = cand
+            absorbed = lead if agrees else None
+        elif promoted is not None and f.cause == promoted.cause and set(f.nodes) <= set(promoted.nodes or f.nodes):
+            promoted.eids += [e for e in f.eids if e not in promoted.eids]  # the same disagreement, seen another way
+        elif f.weight >= 0.6:  # weaker findings stay suspect nodes, not candidates
+            extra.append(cand)
+    if not failed:
+        return cands
+    if promoted is not None and absorbed is not None:
+        # the rule's lines come after the comparison's own evidence (the odd node's lines)
+        promoted.eids += [e for e in absorbed.eids if e not in promoted.eids]
+        promoted.rules = sorted(set(promoted.rules) | set(absorbed.rules))
+        promoted.weight = max(promoted.weight, absorbed.weight)
+        cands = [c for c in cands if c is not absorbed]
+    head = [promoted] if promoted else []
+    return head + cands + extra
+
+
+def _finding_candidate(f: consistency.Finding, ev: pl.DataFrame, rules: RuleSet) -> Candidate:
+    """A disagreement as a candidate; its first failure is the odd rank when there is one,
+    else the first failing rank on the odd node."""
+    on_node = ev.filter(pl.col("node").is_in(f.nodes) & pl.col("rank").is_not_null())
+    failing = on_node.filter(pl.col("own") | pl.col("role").is_in(["primary", "consequence"])).sort("pos")
+    rank: int | None
+    node: str | None
+    when: str | None
+    if len(f.ranks) == 1:
+        rank = f.ranks[0]
+        node = f.nodes[0] if len(f.nodes) == 1 else None
+        mine = failing.filter(pl.col("rank") == rank)
+        when = _own_time(ev, int(mine.get_column("eid")[0])) if mine.height else None
+    elif failing.height:
+        row = failing.row(0, named=True)
+        rank, node, when = row["rank"], row["node"], _own_time(ev, int(row["eid"]))
+    else:
+        rank = f.ranks[0] if f.ranks else None
+        node, when = (f.nodes[0] if f.nodes else None), None
+    return Candidate(
+        cause=f.cause,
+        category=rules.category(f.cause),
+        role="consistency",
+        weight=f.weight,
+        confidence=0.0,
+        eids=list(f.eids),
+        rules=[],
+        ranks=list(f.ranks),
+        nodes=list(f.nodes),
+        summary=f.summary,
+        first={"rank": rank, "node": node, "time": when},
+    )
+
+
+def _confidence(cands: list[Candidate]) -> None:
+    """Confidence: the lead's weight, less when a rival of another category is as strong."""
+    lead = cands[0]
+    rivals = [c for c in cands[1:] if c.category != lead.category and c.role == lead.role]
+    for i, c in enumerate(cands):
+        margin = 1.0
+        if i == 0 and rivals:
+            margin = 0.85 if rivals[0].weight >= lead.weight else 0.93
+        penalty = 0.8 if c.role == "consequence" else 1.0
+        c.confidence = round(max(0.05, min(0.99, c.weight * margin * penalty * (1.0 if i == 0 else 0.6))), 3)
+
+
+def _own_time(ev: pl.DataFrame, eid: int) -> str | None:
+    """An event's own timestamp, or its rank's torchrun failure time (to the second)."""
+    row = ev.filter(pl.col("eid") == eid)
+    if row.is_empty():
+        return None
+    when: datetime | None = row.get_column("time")[0]
+    rank = row.get_column("rank")[0]
+    if when is None and rank is not None:
+        stamped = ev.filter((pl.col("rank") == rank) & (pl.col("kind") == "child_failed") & pl.col("time").is_not_null())
+        if stamped.height:
+            when = stamped.get_column("time").min()  # type: ignore[assignment]
+    return when.isoformat() if when is not None else None
+
+
+def _first_failure(ev: pl.DataFrame, lead: Candidate | None) -> dict[str, object]:
+    """Rank, node and time of the lead's first event (a rank-less first event borrows the next ranked one's rank)."""
+    if lead is None:
+        return {"rank": None, "node": None, "time": None}
+    if lead.first is not None:
+        return dict(lead.first)
+    rows = ev.filter(pl.col("eid").is_in(lead.eids)).sort("pos")
+    if rows.is_empty():
+        return {"rank": None, "node": None, "time": None}
+    head = rows.row(0, named=True)
+    ranked = rows.filter(pl.col("rank").is_not_null())
+    rank, node = head["rank"], head["node"]
+    if rank is None and ranked.height:  # e.g. slurmstepd's OOM line, then srun's "task 3: Out Of Memory"
+        rank, node = ranked.get_column("rank")[0], ranked.get_column("node")[0] or node
+    elif rank is None and node is not None:  # a node-level line: the rank on that node that died on its own
+        own = ev.filter(pl.col("own") & (pl.col("node") == node) & pl.col("rank").is_not_null()).sort("pos")
+        if own.height:
+            rank = own.get_column("rank")[0]
+    if (node is None or "[" in node or "," in node) and rank is not None:
+        node = ev.filter((pl.col("rank") == rank) & pl.col("node").is_not_null()).get_column("node").mode().sort().first()
+    return {"rank": rank, "node": node, "time": _own_time(ev, int(head["eid"]))}
+
+
+def _rank_list(ranks: list[int]) -> str:
+    return collect_ranges(ranks) if len(ranks) > 1 else str(ranks[0])
+
+
+def _rank_states(
+    ranked: pl.DataFrame,
+    events: pl.DataFrame,
+    first: dict[str, object],
+    hang: hangs.Hang | None,
+    failed: bool,
+    lead_role: str | None,
+    lead_category: str | None = None,
+    lead_cause: str | None = None,
+) -> list[RankState]:
+    """Per rank: the culprit, others that failed on their own, hung ranks, victims, and the rest.
+
+    A verdict made of victims' symptoms only (peer_failure) names no culprit:
+    the rank that failed first there is the first victim.
+    """
+    world = events.filter(pl.col("kind") == "nccl_init").get_column("nranks").drop_nulls().mode().sort()
+    table = rank_table(events, int(world[0]) if world.len() and world[0] <= 65536 else None)
+    if table.is_empty():
+        return []
+    ranked = ranked.sort("pos")
+    ranked = ranked.select("rank", "file", "line", "time", "kind", "cause", "why", "raw", "own", "role", "pos", "source", "signal")
+    own = ranked.filter(pl.col("own")).group_by("rank", maintain_order=True).first()
+    victim = ranked.filter(pl.col("role") == "consequence").group_by("rank", maintain_order=True).first()
+    # the last line the rank printed itself; the launcher's lines about it only when there is nothing else
+    by_launcher = (pl.col("source") == "launcher") | pl.col("kind").is_in([*EXIT_KINDS, "agent_teardown", "agent_signal"])
+    last = ranked.sort(by_launcher, "pos", descending=[True, False]).group_by("rank", maintain_order=True).last()
+    cfe_nodes = set(events.filter(pl.col("kind") == "child_failed").get_column("node").drop_nulls().unique().to_list())
+    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().unique().to_list())
+    lookup = {
+        name: {int(r["rank"]): r for r in frame.iter_rows(named=True)} for name, frame in (("own", own), ("victim", victim), ("last", last))
+    }
+    hung = set(hang.hung) if hang else set()
+    last_seq = hang.last_seq if hang else {}
+    culprit = first.get("rank") if lead_role in ("primary", "hang", "consistency") else None
+    mismatch = lead_category == "collective_mismatch" and culprit is not None
+    states: list[RankState] = []
+    for rank, node, local_rank, pid in table.iter_rows():  # one per rank
+        r = int(rank)
+        o, v, ll = lookup["own"].get(r), lookup["victim"].get(r), lookup["last"].get(r)
+        if not failed:
+            status, ev_row, note = "finished", ll, None
+        elif culprit is not None and r == culprit:
+            status, ev_row, note = "culprit", o or (ll if r in hung else v) or ll, "failed first"
+            if r in hung:
+                note = "never arrived where the other ranks waited for it"
+        elif (
+            o is not None
+            and lead_role == "hang"
+            and hang is not None
+            and (r in hang.timed_out or (o["kind"] in EXIT_KINDS and not o["signal"]))
+        ):
+            # it reported the wait, or it only exited with an error code while the others waited
+            status, ev_row, note = "victim", o, "gave up waiting for the ranks that never came"
+        elif o is not None and mismatch and o.get("cause") in (None, "collective_mismatch"):
+            status, ev_row, note = "victim", o, "reported the mismatched collective"
+        elif o is not None:
+            status, ev_row, note = "failed", o, "failed on its own"
+        elif r in hung:
+            status, ev_row, note = "hung", ll, "never arrived where the other ranks waited for it"
+        elif v is not None:
+            status, ev_row, note = "victim", v, v.get("why") or "failed because another rank did"
+        elif ll is None and world.len():
+            status, ev_row, note = "unknown", None, "printed nothing attributable"
+        elif node in cfe_nodes and pid not in closed and ll is not None and ll["kind"] not in EXIT_KINDS:
+            status, ev_row, note = "finished", ll, "exited without an error while its peers failed"
+        else:
+            status, ev_row, note = "unknown", ll, None
+        states.append(
+            RankState(
+                rank=r,
+                node=node,
+                status=status,
+                evidence=(ev_row["file"], int(ev_row["line"])) if ev_row else None,
+                local_rank=local_rank,
+                pid=pid,
+                time=ev_row["time"].isoformat() if ev_row and ev_row["time"] else None,
+                kind=ev_row["kind"] if ev_row else None,
+                cause=lead_cause if status in ("culprit", "hung") and lead_cause else (ev_row.get("cause") if ev_row else None),
+                note=note,
+                seq=last_seq.get(r),
+                last=(ll["file"], int(ll["line"]), (ll["raw"] or "")[:300])
+                if ll and status in ("culprit", "hung", "finished", "unknown")
+                else None,
+            )
+        )
+    return states
+
+
+def _suspects(
+    cands: list[Candidate], findings: list[consistency.Finding], ranks: list[RankState], hang: hangs.Hang | None, first: dict[str, object]
+) -> list[Suspect]:
+    """Nodes to look at: the culprit's, the hung ranks' and the odd ones out."""
+    out: dict[str, Suspect] = {}
+
+    def add(node: object, reason: str, cause: str, rank_ids: list[int], eids: list[int]) -> None:
+        if not isinstance(node, str) or not node or "[" in node:
+            return
+        s = out.setdefault(node, Suspect(node, [], [], [], []))
+        if reason not in s.reasons:
+            s.reasons.append(reason)
+        if cause not in s.causes:
+            s.causes.append(cause)
+        s.ranks = sorted(set(s.ranks) | set(rank_ids))
+        s.eids += [e for e in eids if e not in s.eids][:4]
+
+    if cands and first.get("node"):
+        lead = cands[0]
+        rank = first.get("rank")
+        add(
+            first["node"],
+            f"first failure ({lead.cause})" + (f" on rank {rank}" if rank is not None else ""),
+            lead.cause,
+            [rank] if isinstance(rank, int) else [],
+            lead.eids[:2],
+        )
+    if hang and hang.hung:
+        by_node: dict[str, list[int]] = {}
+        for st in ranks:
+            if st.rank in hang.hung and st.node:
+                by_node.setdefault(st.node, []).append(st.rank)
+        for node, rs in by_node.items():
+            add(node, f"rank(s) {_rank_list(rs)} never reached the collective", "collective_timeout", rs, [])
+    for f in findings:
+        for node in f.nodes:
+            add(node, f.summary, f.cause, f.ranks, f.eids)
+    return list(out.values())
