@@ -75,6 +75,8 @@ def fused(
         return rules_only("classifier disabled")
     try:
         loaded = classify.load(model)
+        if loaded is not None:
+            fuse.check(loaded)
     except classify.ModelError as exc:
         return rules_only(f"classifier model unusable ({exc})")
     if loaded is None:

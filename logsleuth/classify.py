@@ -38,7 +38,7 @@ MODEL_NAME = "classifier"
 LOUD = ("error", "fatal", "warning")
 #: Info-level kinds whose words are features too ("i:"): how NCCL was set up, not training chatter.
 TELLING_INFO = ("nccl_net", "nccl_env", "nccl_version", "nccl_init")
-_TOKEN = r"<[a-z0-9]+>|[a-z][a-z0-9_]+"
+_TOKEN = r"<[a-z0-9]+>|[a-z][a-z0-9]+"
 _BARRIER = r"world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)"
 _CLIENTS = r"(\d+)/(\d+) (?:clients|workers) joined"
 
@@ -50,29 +50,36 @@ class FeatureConfig:
     dim: int
     masks: tuple[tuple[str, str], ...]
     max_tokens: int = 64
-    bigrams: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dim": self.dim, "masks": [list(m) for m in self.masks], "max_tokens": self.max_tokens, "bigrams": self.bigrams}
+        return {"dim": self.dim, "masks": [list(m) for m in self.masks], "max_tokens": self.max_tokens}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeatureConfig:
-        return cls(int(data["dim"]), tuple((str(p), str(r)) for p, r in data["masks"]), int(data["max_tokens"]), bool(data["bigrams"]))
+        return cls(int(data["dim"]), tuple((str(p), str(r)) for p, r in data["masks"]), int(data["max_tokens"]))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Fusion:
-    """The calibrated combination of rule and classifier evidence (see fuse.py)."""
+    """The fitted combination of rule and classifier evidence (see fuse.py): arrays from the .npz."""
 
-    weights: tuple[float, ...]
-    threshold: float
+    hidden: np.ndarray  # (signals, units)
+    hidden_bias: np.ndarray  # (units,)
+    out: np.ndarray  # (units,)
+    linear: np.ndarray  # (signals,)
+    threshold: float  # below this fused probability the verdict is unknown
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"weights": list(self.weights), "threshold": self.threshold}
+    #: names of the arrays in the .npz, in field order
+    ARRAYS = ("fusion_hidden", "fusion_hidden_bias", "fusion_out", "fusion_linear")
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return dict(zip(self.ARRAYS, (self.hidden, self.hidden_bias, self.out, self.linear), strict=True))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Fusion:
-        return cls(tuple(float(w) for w in data["weights"]), float(data["threshold"]))
+    def from_arrays(cls, arrays: Any, threshold: float) -> Fusion:
+        """From the .npz (or any mapping of the ARRAYS names)."""
+        hidden, hidden_bias, out, linear = (np.ascontiguousarray(arrays[k], dtype=np.float64) for k in cls.ARRAYS)
+        return cls(hidden, hidden_bias, out, linear, threshold)
 
 
 @dataclass
@@ -132,9 +139,10 @@ def _load(npz: str, meta_path: str, _m1: int, _m2: int) -> Model:
             weights = np.ascontiguousarray(arrays["weights"], dtype=np.float32)
             bias = np.ascontiguousarray(arrays["bias"], dtype=np.float32)
             idf = np.ascontiguousarray(arrays["idf"], dtype=np.float32)
+            fusion = Fusion.from_arrays(arrays, float(meta["fusion"]["threshold"]))
         labels = [str(x) for x in meta["labels"]]
         cfg = FeatureConfig.from_dict(meta["features"])
-        model = Model(labels, weights, bias, idf, cfg, float(meta["temperature"]), Fusion.from_dict(meta["fusion"]), meta, npz)
+        model = Model(labels, weights, bias, idf, cfg, float(meta["temperature"]), fusion, meta, npz)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{npz}: {type(exc).__name__}: {exc}") from None
     if weights.shape != (cfg.dim, len(labels)) or bias.shape != (len(labels),) or idf.shape != (cfg.dim,):
@@ -153,9 +161,11 @@ def stable_hash(text: str) -> int:
 
 
 def event_features(events: pl.DataFrame, cfg: FeatureConfig) -> pl.DataFrame:
-    """One row per (event, feature string): masked word n-grams and structured-field tokens.
+    """One row per (event, feature string): masked words and structured-field tokens.
 
-    ``eid`` is the event's row index; the job-level features have eid -1.
+    Identifiers are cut into words (``OutOfMemoryError`` -> out of memory error,
+    ``oom_kill`` -> oom kill) so a wrapper's paraphrase shares words with the
+    original. ``eid`` is the event's row index; the job-level features have eid -1.
     """
     if events.is_empty():
         return pl.DataFrame(schema={"eid": pl.Int64, "feat": pl.String})
@@ -165,6 +175,7 @@ def event_features(events: pl.DataFrame, cfg: FeatureConfig) -> pl.DataFrame:
         text = text.str.replace_many(hosts, [" <host> "] * len(hosts))
     for pattern, repl in cfg.masks:
         text = text.str.replace_all(pattern, repl)
+    text = text.str.replace_all(r"([a-z0-9])([A-Z])", "$1 $2").str.replace_all("_", " ", literal=True)
     ns = pl.when(pl.col("level").is_in(LOUD)).then(pl.lit("e:")).when(pl.col("kind").is_in(TELLING_INFO)).then(pl.lit("i:"))
     base = (
         events.with_row_index("eid")
@@ -184,9 +195,6 @@ def event_features(events: pl.DataFrame, cfg: FeatureConfig) -> pl.DataFrame:
     )
     words = base.select("eid", "ns", "tok").explode("tok").drop_nulls("tok")
     parts = [words.select("eid", (pl.col("ns") + pl.col("tok")).alias("feat"))]
-    if cfg.bigrams:
-        nxt = pl.col("tok").shift(-1).over("eid")
-        parts.append(words.select("eid", pl.concat_str([pl.col("ns"), pl.col("tok"), pl.lit(" "), nxt]).alias("feat")).drop_nulls("feat"))
     for name, expr in (
         ("kind", pl.col("kind")),
         ("kindlvl", pl.concat_str([pl.col("kind"), pl.lit(":"), pl.col("level")])),

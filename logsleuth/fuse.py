@@ -1,12 +1,20 @@
 """Rules, cross-rank reasoning and the classifier -> one ranked candidate list with calibrated confidence.
 
-For every label the fusion sees five signals: the strongest rule candidate of
-that category (its confidence), whether the reasoner ranked it first (the
-reasoner knows which failure came first across ranks), the classifier's log
-probability, and whether the rules say "nothing failed" (for ``none``) or
-"failed, no rule" (for ``unknown``). A conditional-logit model weighs them; its
-five weights are fitted by ``logsleuth train`` on out-of-fold predictions, so
-the resulting probabilities are calibrated on cases the classifier did not see.
+For every label the fusion reads what the rules say about it (the strongest
+candidate of that category: confidence, rule weight, primary or consequence,
+how many lines, whether the reasoner, which knows which failure came first
+across ranks, ranked it first), what the classifier says (probability, log
+probability, rank, whether it is the classifier's top), and facts about the
+whole job (how sure the classifier is, how strong the rules' lead is, whether
+rules and classifier agree, whether rules say "nothing failed" or "failed, no
+rule"). A small network scores each label from these signals (the same
+weights for every label) and a softmax over labels gives the probabilities.
+
+``logsleuth train`` fits it on out-of-fold classifier predictions, once with
+all rules and once with the true cause's rules removed (a wording no rule
+covers), so the probabilities are calibrated on jobs the classifier did not
+see, it follows specific rules, and it trusts the classifier where the rules
+only see side effects.
 
 When the best label's probability is under the fitted threshold the verdict is
 ``unknown`` (the evidence does not decide) and the ranked guesses follow it. A
@@ -23,11 +31,33 @@ from datetime import datetime
 import numpy as np
 import polars as pl
 
-from .classify import Model, Prediction, softmax
-from .reason import Candidate, Reasoning
+from .classify import Fusion, Model, ModelError, Prediction, softmax
+from .reason import FAILURE_KINDS, Candidate, Reasoning
 
-#: Names of the per-label signals, in the order of the fitted weights.
-SIGNALS = ("rule_confidence", "rule_first", "classifier_logp", "rules_say_none", "rules_say_unknown")
+#: What the fusion network reads per label, in column order (the last seven are the same for every label).
+#: ``proposed``: a rule candidate's category, one of the classifier's top three, none or unknown; the
+#: fusion arbitrates between what rules and classifier propose rather than invent a third answer.
+SIGNALS = (
+    "rule_confidence",
+    "rule_weight",
+    "rule_primary",
+    "rule_lines",
+    "rule_first",
+    "classifier_p",
+    "classifier_logp",
+    "classifier_top",
+    "classifier_rank",
+    "rules_say_none",
+    "rules_say_unknown",
+    "proposed",
+    "job_classifier_max",
+    "job_classifier_margin",
+    "job_rule_lead_confidence",
+    "job_rule_lead_primary",
+    "job_agree",
+    "job_rule_categories",
+    "job_failed",
+)
 #: Probabilities below this are floored before the log (a label the classifier rules out still exists).
 _FLOOR = 1e-6
 #: Candidates shown after the verdict.
@@ -35,28 +65,66 @@ MAX_CANDIDATES = 6
 
 
 def signals(reasoning: Reasoning, probs: dict[str, float], labels: Sequence[str]) -> np.ndarray:
-    """The (labels x SIGNALS) matrix fusion weighs for one job."""
-    best: dict[str, float] = {}
+    """The (labels x SIGNALS) matrix the fusion scores for one job."""
+    best: dict[str, Candidate] = {}
     for c in reasoning.candidates:
-        best[c.category] = max(best.get(c.category, 0.0), c.confidence)
-    first = reasoning.candidates[0].category if reasoning.candidates else None
+        if c.category not in best or c.confidence > best[c.category].confidence:
+            best[c.category] = c
+    lead = reasoning.candidates[0] if reasoning.candidates else None
     say_none = not reasoning.failed and not reasoning.candidates
     say_unknown = reasoning.failed and not reasoning.candidates
+    p = np.array([probs.get(label, 0.0) for label in labels])
+    order = np.argsort(-p, kind="stable")
+    rank = np.empty(len(labels), dtype=np.int64)
+    rank[order] = np.arange(len(labels))
+    top = labels[int(order[0])]
+    ranked = np.sort(p)
+    job = (
+        float(ranked[-1]),
+        float(ranked[-1] - ranked[-2]) if len(ranked) > 1 else float(ranked[-1]),
+        lead.confidence if lead else 0.0,
+        1.0 if lead and lead.role == "primary" else 0.0,
+        1.0 if lead and lead.category == top else 0.0,
+        min(len(best), 4) / 4,
+        1.0 if reasoning.failed else 0.0,
+    )
     out = np.zeros((len(labels), len(SIGNALS)))
     for i, label in enumerate(labels):
+        rule = best.get(label)
         out[i] = (
-            best.get(label, 0.0),
-            1.0 if label == first else 0.0,
-            math.log(max(probs.get(label, 0.0), _FLOOR)),
+            rule.confidence if rule else 0.0,
+            rule.weight if rule else 0.0,
+            1.0 if rule and rule.role == "primary" else 0.0,
+            math.log1p(len(rule.eids)) if rule else 0.0,
+            1.0 if lead and label == lead.category else 0.0,
+            p[i],
+            math.log(max(p[i], _FLOOR)),
+            1.0 if label == top else 0.0,
+            min(int(rank[i]), 5) / 5,
             1.0 if say_none and label == "none" else 0.0,
             1.0 if say_unknown and label == "unknown" else 0.0,
+            1.0 if rule or rank[i] < 3 or label in ("none", "unknown") else 0.0,
+            *job,
         )
     return out
 
 
+def scores(x: np.ndarray, fusion: Fusion) -> np.ndarray:
+    """Fusion scores of signal rows ``x`` (..., SIGNALS): a tanh layer plus a linear term, shared by all labels."""
+    return np.asarray(np.tanh(x @ fusion.hidden + fusion.hidden_bias) @ fusion.out + x @ fusion.linear)
+
+
+def check(model: Model) -> None:
+    """Refuse a model whose fusion was fitted for other signals than this code computes."""
+    if model.fusion.linear.shape != (len(SIGNALS),) or model.fusion.hidden.shape[0] != len(SIGNALS):
+        raise ModelError(
+            f"{model.source}: fusion fitted for {model.fusion.linear.shape[0]} signals, this code has {len(SIGNALS)}; retrain with `logsleuth train`"
+        )
+
+
 def fused_probs(reasoning: Reasoning, prediction: Prediction, model: Model) -> dict[str, float]:
     """Calibrated probability of every label after weighing rules and classifier."""
-    z = signals(reasoning, prediction.probs, model.labels) @ np.asarray(model.fusion.weights)
+    z = scores(signals(reasoning, prediction.probs, model.labels), model.fusion)
     return {label: float(p) for label, p in zip(model.labels, softmax(z), strict=True)}
 
 
@@ -77,7 +145,7 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
             out.append(replace(ruled[0], confidence=p))
             out += [replace(c, confidence=round(min(p, c.confidence) / 2, 3)) for c in ruled[1:]]
         else:
-            eids = prediction.evidence.get(label, []) if label not in ("none", "unknown") else []
+            eids = _failures(events) if label == "unknown" else [] if label == "none" else prediction.evidence.get(label, [])
             out.append(Candidate(label, label, "primary", p, p, eids, [], _ranks(events, eids)))
     lead = out[0]
     notes = list(reasoning.notes)
@@ -87,15 +155,23 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
             f"the evidence does not decide: the best candidate, {lead.category}, has confidence {probs[lead.category]:.2f}"
             f" (below {model.fusion.threshold:.2f}{'' if lead.eids else ', and no error line supports it'})"
         )
-        out = [Candidate("unknown", "unknown", "primary", 0.0, round(1.0 - probs[lead.category], 3), [], [], [])] + [
-            c for c in out if c.category != "unknown"
-        ]
+        eids = _failures(events)
+        abstain = Candidate("unknown", "unknown", "primary", 0.0, round(1.0 - probs[lead.category], 3), eids, [], _ranks(events, eids))
+        out = [abstain] + [c for c in out if c.category != "unknown"]
         lead = out[0]
     elif lead.category not in ("none", "unknown") and not lead.rules:
         notes.append(f"no rule recognises this failure; the verdict {lead.category} comes from the learned classifier")
-    first_eid = lead.eids[0] if lead.eids else reasoning.first_eid
-    first = reasoning.first_failure if first_eid == reasoning.first_eid or first_eid is None else _first_failure(events, first_eid)
+    if lead.category in ("none", "unknown") or lead.eids[0] == reasoning.first_eid:
+        first_eid, first = reasoning.first_eid, reasoning.first_failure
+    else:
+        first_eid, first = lead.eids[0], _first_failure(events, lead.eids[0])
     return replace(reasoning, candidates=out, first_eid=first_eid, first_failure=first, notes=notes)
+
+
+def _failures(events: pl.DataFrame) -> list[int]:
+    """Events that show a process or the job failed: the evidence of an unknown verdict."""
+    failing = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
+    return [int(e) for e in events.with_row_index("eid").filter(failing).get_column("eid").head(50)]
 
 
 def _ranks(events: pl.DataFrame, eids: list[int]) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pytest
 
 from logsleuth import classify, fuse, match, reason, rulebook
 from logsleuth.report.build import build
@@ -18,8 +19,15 @@ OOM_JOB = """
 """
 
 
+def fusion(threshold: float, signals: tuple[str, ...] = ("rule_confidence", "rule_first", "classifier_logp", "rules_say_none", "rules_say_unknown")) -> classify.Fusion:
+    """A fusion that adds up a few signals (no hidden layer)."""
+    n = len(fuse.SIGNALS)
+    linear = np.array([1.0 if name in signals else 0.0 for name in fuse.SIGNALS])
+    return classify.Fusion(np.zeros((n, 1)), np.zeros(1), np.zeros(1), linear, threshold)
+
+
 def model(threshold: float = 0.3) -> classify.Model:
-    """A model whose fusion simply adds rule confidence, rule rank and classifier log-probability."""
+    """A model whose fusion adds rule confidence, rule rank, classifier log-probability and the rules' none/unknown."""
     dim = 16
     return classify.Model(
         LABELS,
@@ -28,7 +36,7 @@ def model(threshold: float = 0.3) -> classify.Model:
         np.ones(dim, np.float32),
         classify.FeatureConfig(dim, ()),
         1.0,
-        classify.Fusion((1.0, 1.0, 1.0, 1.0, 1.0), threshold),
+        fusion(threshold),
     )
 
 
@@ -78,10 +86,18 @@ def test_below_the_threshold_the_verdict_is_unknown_and_the_guesses_still_follow
 
 def test_fused_confidences_are_probabilities_in_rank_order() -> None:
     ev, r = reasoned(OOM_JOB)
-    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.5, "user_code_error": 0.3}), model(threshold=0.0))
-    conf = [c.confidence for c in out.candidates if not c.rules or c is out.candidates[0]]
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.5, "user_code_error": 0.3}, {"cuda_oom": [0]}), model(threshold=0.0))
+    conf = [c.confidence for c in out.candidates]
+    assert out.candidates[0].category == "cuda_oom"
     assert conf == sorted(conf, reverse=True) and all(0.0 <= c <= 1.0 for c in conf)
     assert abs(sum(fuse.fused_probs(r, prediction({"cuda_oom": 0.5}), model()).values()) - 1) < 1e-9
+
+
+def test_a_classifier_guess_no_error_line_supports_is_not_a_verdict() -> None:
+    ev, r = reasoned(OOM_JOB)
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}), model(threshold=0.0))
+    assert [c.category for c in out.candidates][:2] == ["unknown", "cuda_oom"]
+    assert any("no error line supports it" in n for n in out.notes)
 
 
 def test_a_clean_run_stays_none_when_the_classifier_agrees() -> None:
@@ -100,3 +116,11 @@ def test_signals_mark_the_rules_first_candidate_and_their_silence() -> None:
     unknown = LABELS.index("unknown")
     assert s[unknown, fuse.SIGNALS.index("rules_say_unknown")] == (1.0 if r.failed and not r.candidates else 0.0)
     assert s[LABELS.index("cuda_oom"), fuse.SIGNALS.index("classifier_logp")] == 0.0
+    assert s[LABELS.index("cuda_oom"), fuse.SIGNALS.index("classifier_p")] == 1.0
+
+
+def test_a_model_fitted_for_other_signals_is_refused_and_the_rules_decide(tmp_path) -> None:
+    m = model()
+    m.fusion = classify.Fusion(np.zeros((2, 1)), np.zeros(1), np.zeros(1), np.ones(2), 0.3)
+    with pytest.raises(classify.ModelError, match="retrain"):
+        fuse.check(m)

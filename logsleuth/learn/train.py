@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import torch
 
-from logsleuth import classify, fuse, rulebook
-from logsleuth.taxonomy import TAXONOMY
+from logsleuth import classify, fuse, reason, rulebook
+from logsleuth.taxonomy import NON_CAUSES, TAXONOMY
 
 from . import metrics, systems
 from .corpus import Case, Observation, find_cases, folds, observe, split
@@ -55,15 +56,18 @@ LABELS = tuple(TAXONOMY)
 class Settings:
     """Training settings; the committed model records the ones it was trained with."""
 
-    dim: int = 1 << 15
-    l2: float = 1e-5
+    dim: int = 1 << 14
+    l2: float = 1e-4
     max_iter: int = 100
     folds: int = 5
     test_share: float = 0.25
     seed: int = 0
     #: weight of a case by provenance: real logs count more than generated ones
     kind_weights: tuple[tuple[str, float], ...] = (("public", 2.0), ("run-here", 2.0), ("synthetic", 1.0))
+    fusion_units: int = 16
     fusion_l2: float = 1e-3
+    #: weight of the fusion's training copies with the true cause's rules removed (wordings no rule covers)
+    ablation_weight: float = 0.5
     thresholds: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(0, 13))
     max_tokens: int = 64
 
@@ -150,24 +154,35 @@ def fit_temperature(z: np.ndarray, y: np.ndarray) -> float:
     return round((lo + hi) / 2, 6)
 
 
-def fit_fusion(signal_sets: np.ndarray, y: np.ndarray, w: np.ndarray, s: Settings) -> np.ndarray:
-    """Weights of the fusion signals: a conditional logit over labels, fitted on out-of-fold signals."""
+def fit_fusion(signal_sets: np.ndarray, y: np.ndarray, w: np.ndarray, s: Settings) -> classify.Fusion:
+    """The fusion network (one tanh layer plus a linear term, shared by every label), fitted on out-of-fold signals."""
     _deterministic(s.seed)
+    gen = torch.Generator().manual_seed(s.seed)
+    n_signals = signal_sets.shape[2]
     x = torch.from_numpy(signal_sets)  # (cases, labels, signals)
     target = torch.from_numpy(y.astype(np.int64))
     weight = torch.from_numpy(w / w.sum())
-    a = torch.ones(signal_sets.shape[2], dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([a], lr=1.0, max_iter=200, tolerance_grad=1e-12, tolerance_change=1e-14, line_search_fn="strong_wolfe")
+    hidden = (torch.randn(n_signals, s.fusion_units, generator=gen, dtype=torch.float64) * 0.3).requires_grad_()
+    hidden_bias = torch.zeros(s.fusion_units, dtype=torch.float64, requires_grad=True)
+    out = (torch.randn(s.fusion_units, generator=gen, dtype=torch.float64) * 0.3).requires_grad_()
+    linear = torch.zeros(n_signals, dtype=torch.float64, requires_grad=True)
+    params = [hidden, hidden_bias, out, linear]
+    opt = torch.optim.LBFGS(
+        params, lr=1.0, max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14, history_size=20, line_search_fn="strong_wolfe"
+    )
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        z = x @ a
-        loss = (torch.nn.functional.cross_entropy(z, target, reduction="none") * weight).sum() + s.fusion_l2 * (a**2).sum()
+        z = torch.tanh(x @ hidden + hidden_bias) @ out + x @ linear
+        penalty = sum((p**2).sum() for p in (hidden, out, linear))
+        loss = (torch.nn.functional.cross_entropy(z, target, reduction="none") * weight).sum() + s.fusion_l2 * penalty
         loss.backward()  # type: ignore[no-untyped-call]
         return loss
 
     opt.step(closure)  # type: ignore[no-untyped-call]
-    return np.asarray(a.detach().numpy().copy())
+    return classify.Fusion.from_arrays(
+        {name: p.detach().numpy().copy() for name, p in zip(classify.Fusion.ARRAYS, params, strict=True)}, 0.0
+    )
 
 
 def sample_weights(cases: Sequence[Case], s: Settings) -> np.ndarray:
@@ -187,10 +202,12 @@ def _model(
     idf: np.ndarray,
     cfg: classify.FeatureConfig,
     temperature: float,
-    fusion: classify.Fusion,
+    fusion: classify.Fusion | None,
 ) -> classify.Model:
+    """A model from float64 training results, rounded to what is stored (float32), so scores match the shipped file."""
+    blank = classify.Fusion(np.zeros((len(fuse.SIGNALS), 1)), np.zeros(1), np.zeros(1), np.zeros(len(fuse.SIGNALS)), 0.0)
     return classify.Model(
-        list(labels), weights.astype(np.float32), bias.astype(np.float32), idf.astype(np.float32), cfg, temperature, fusion
+        list(labels), weights.astype(np.float32), bias.astype(np.float32), idf.astype(np.float32), cfg, temperature, fusion or blank
     )
 
 
@@ -233,21 +250,22 @@ def train(
             continue
         idf_k = inverse_df([tr[i].buckets for i in inside], s.dim)
         wk, bk = fit_linear([tr[i].buckets for i in inside], idf_k, y[inside], w[inside], len(labels), s)
-        part = _model(labels, wk, bk, idf_k, cfg, 1.0, classify.Fusion((0.0,) * len(fuse.SIGNALS), 0.0))
+        part = _model(labels, wk, bk, idf_k, cfg, 1.0, None)
         for j in outside:
             oof[j] = classify.logits(part, tr[j].buckets)
         say(f"  fold {k + 1}/{s.folds}: {outside.size} cases scored")
     temperature = fit_temperature(oof, y)
     oof_probs = classify.softmax(oof / temperature)
-    sig = np.stack([fuse.signals(o.reasoning, dict(zip(labels, p, strict=True)), labels) for o, p in zip(tr, oof_probs, strict=True)])
-    fusion_w = fit_fusion(sig, y, w, s)
-    fused_p = classify.softmax(sig @ fusion_w)
-    threshold = _pick_threshold(fused_p, y, labels, s.thresholds)
-    say(f"  temperature {temperature:.3f}, fusion weights {np.round(fusion_w, 3).tolist()}, threshold {threshold}")
+    sig, sig_y, sig_w, blind = fusion_examples(tr, oof_probs, y, w, labels, ruleset, s.ablation_weight)
+    fusion = fit_fusion(sig, sig_y, sig_w, s)
+    fused_p = classify.softmax(fuse.scores(sig, fusion))
+    fusion.threshold = _pick_threshold(fused_p, sig_y, labels, s.thresholds)
+    say(
+        f"  temperature {temperature:.3f}, fusion fitted on {len(sig_y)} examples ({int(blind.sum())} without their rules), threshold {fusion.threshold}"
+    )
 
     idf = inverse_df([o.buckets for o in tr], s.dim)
     weights, bias = fit_linear([o.buckets for o in tr], idf, y, w, len(labels), s)
-    fusion = classify.Fusion(tuple(round(float(a), 6) for a in fusion_w), threshold)
     model = _model(labels, weights, bias, idf, cfg, temperature, fusion)
     held = [obs[c.id] for c in test_cases]
     meta = {
@@ -255,7 +273,7 @@ def train(
         "labels": labels,
         "features": cfg.to_dict(),
         "temperature": temperature,
-        "fusion": {**fusion.to_dict(), "signals": list(fuse.SIGNALS)},
+        "fusion": {"threshold": fusion.threshold, "signals": list(fuse.SIGNALS), "units": s.fusion_units},
         "settings": {
             k: (list(map(list, v)) if k == "kind_weights" else list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items()
         },
@@ -273,13 +291,44 @@ def train(
         },
         "rules_sha256": rules_hash(ruleset),
         "metrics": {
-            "out_of_fold": _oof_metrics(oof_probs, fused_p, y, labels),
+            "out_of_fold": _oof_metrics(oof_probs, fused_p[~blind], y, labels),
             "held_out": held_out_metrics(model, held, ruleset) if held else {},
         },
     }
     npz = Path(out) / f"{classify.MODEL_NAME}.npz"
-    write_model(npz, {"weights": model.weights, "bias": model.bias, "idf": model.idf}, meta)
+    write_model(npz, {"weights": model.weights, "bias": model.bias, "idf": model.idf, **fusion.arrays()}, meta)
     return Result(npz, meta, round(time.monotonic() - started, 1))
+
+
+def fusion_examples(
+    obs: Sequence[Observation],
+    probs: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    labels: Sequence[str],
+    ruleset: rulebook.RuleSet,
+    ablation_weight: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Fusion signals of every training case, plus a copy reasoned without its own cause's rules.
+
+    The copies teach the fusion what a wording no rule covers looks like: other rules
+    fire on the side effects, and only the classifier knows the cause. The last array
+    marks the copies.
+    """
+    sig, ys, ws, blind_rows = [], [], [], []
+    for o, p, label, weight in zip(obs, probs, y, w, strict=True):
+        named = dict(zip(labels, p, strict=True))
+        sig.append(fuse.signals(o.reasoning, named, labels))
+        ys.append(label)
+        ws.append(weight)
+        blind_rows.append(False)
+        if ablation_weight > 0 and o.case.label not in NON_CAUSES:
+            blind = reason.reason(o.events, o.hits.filter(pl.col("category") != o.case.label), ruleset)
+            sig.append(fuse.signals(blind, named, labels))
+            ys.append(label)
+            ws.append(weight * ablation_weight)
+            blind_rows.append(True)
+    return np.stack(sig), np.array(ys), np.array(ws), np.array(blind_rows)
 
 
 def _pick_threshold(probs: np.ndarray, y: np.ndarray, labels: Sequence[str], grid: Sequence[float]) -> float:
