@@ -102,7 +102,7 @@ def load_events(
         deadline=ingest.deadline_from_budget(budget_s),
         stdin=stdin,
     )
-    events = reason.resolve_identity(parse.build(ingested.lines, _years(inputs)))
+    events = reason.resolve_identity(parse.build(ingested.lines, _years(inputs, ingested.lines)))
     return redact_frame(events) if redact else events
 
 
@@ -117,10 +117,29 @@ def events_for(
     return load_events(inputs, rulebook.load(rules or ()), redact=redact), inputs
 
 
-def _years(inputs: list[ingest.InputInfo]) -> dict[str, int]:
-    """glog stamps have no year: take the file's modification year (or this year)."""
+def _years(inputs: list[ingest.InputInfo], lines: pl.DataFrame) -> dict[str, int]:
+    """glog stamps have no year: take it from the first fully dated line of the same file
+    (a SLURM or ISO stamp), else of any input, else the file's modification year (or this year).
+
+    A copied or archived log has a new modification time; guessing the year from it would
+    put a glog line before a dated SLURM line printed seconds later.
+    """
+    dated = (
+        lines.select("file", pl.col("raw").str.extract(_DATED_YEAR, 1).cast(pl.Int32, strict=False).alias("year"))
+        .drop_nulls("year")
+        .group_by("file", maintain_order=True)
+        .first()
+    )
+    seen = dict(zip(dated.get_column("file").to_list(), dated.get_column("year").to_list(), strict=True))
+    fallback = next(iter(seen.values()), None)
     now = datetime.now().year
-    return {i.file: datetime.fromtimestamp(i.mtime).year if i.mtime else now for i in inputs}
+    return {
+        i.file: seen.get(i.file) or fallback or (datetime.fromtimestamp(i.mtime).year if i.mtime else now) for i in inputs
+    }
+
+
+#: A full date and time of day (SLURM, ISO, NCCL WARN stamps): the year group is what _years takes.
+_DATED_YEAR = r"\b((?:19|20)\d\d)-[01]\d-[0-3]\d[T ][0-2]\d:[0-5]\d"
 
 
 def _failed_report(inputs: list[ingest.InputInfo], exc: BaseException) -> Report:

@@ -18,6 +18,7 @@ import gzip
 import io
 import itertools
 import os
+import re
 import sys
 import time
 import zlib
@@ -100,7 +101,7 @@ def expand(paths: Sequence[str | os.PathLike[str]]) -> list[InputInfo]:
         elif os.path.isdir(text):
             found = sorted(_walk_logs(text))
             if not found:
-                add(text, "directory contains no log files (*.out, *.err, *.log, *.txt, or .gz of those)")
+                add(text, "directory contains no log files (*.out, *.err, *.log, *.txt, slurm-*, PBS/SGE *.o123/*.e123, or .gz of those)")
             for name in found:
                 add(name)
         elif os.path.lexists(text):
@@ -121,8 +122,12 @@ def _walk_logs(root: str) -> Iterator[str]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
             base = name[:-3] if name.endswith(".gz") else name
-            if base.endswith(LOG_SUFFIXES) or _is_slurm_default(base):
+            if base.endswith(LOG_SUFFIXES) or _is_slurm_default(base) or _BATCH_OUTPUT.search(base):
                 yield os.path.join(dirpath, name)
+
+
+#: PBS/Torque and Grid Engine name a job's output <name>.o<job id> and <name>.e<job id>.
+_BATCH_OUTPUT = re.compile(r"\.[oe]\d+(?:\.\d+|\[\d*\])?$")
 
 
 def _is_slurm_default(name: str) -> bool:

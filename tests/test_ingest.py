@@ -121,3 +121,10 @@ def test_budget_stops_reading_and_says_so(write) -> None:
     path = write("a.log", "error\n" * 1000)
     got = ingest.ingest(ingest.expand([str(path)]), KW, deadline=0.0)
     assert any("time budget" in p for p in got.inputs[0].problems)
+
+
+def test_directory_walk_takes_pbs_and_grid_engine_job_outputs(tmp_path: Path) -> None:
+    for name in ("train.o4242", "train.e4242", "train.e4242.1", "notes.md", "model.pt"):
+        (tmp_path / name).write_text("x\n")
+    found = sorted(Path(i.file).name for i in ingest.expand([tmp_path]))
+    assert found == ["train.e4242", "train.e4242.1", "train.o4242"]

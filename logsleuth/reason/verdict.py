@@ -73,11 +73,16 @@ SYMPTOMS: dict[str, frozenset[str]] = {
             "import_error",
             "cuda_error",
             "rendezvous_timeout",
+            # nodes with different NCCL versions misread each other's bootstrap handle
+            # ("connecting to address with family 0 is neither AF_INET nor AF_INET6")
+            "nccl_wrong_interface",
         }
     ),
     "nccl_wrong_interface": frozenset({"peer_failure", "collective_timeout", "unknown", "master_unreachable", "rendezvous_timeout"}),
     "env_misconfigured": frozenset({"peer_failure", "collective_timeout", "unknown", "rendezvous_timeout"}),
 }
+#: What programs report when their GPU fails under them.
+HARDWARE_SYMPTOMS = frozenset({"cuda_error", "crash_signal", "collective_timeout", "peer_failure", "unknown"})
 #: A stalled collective with a SeqNum above this shows the job had been running:
 #: set-up problems (versions, interfaces) are then unlikely to be the cause.
 PROGRESS_SEQ = 2
@@ -177,6 +182,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         # a hang candidate absorbs the rule candidate of the same cause it was built from
         candidates = [lead] + [c for c in candidates if c is not lead and not (lead.role == "hang" and c.cause == lead.cause)]
     candidates = _with_findings(candidates, findings, hang, ev, rules)
+    candidates = _hardware_first(candidates, ev, notes)
     if candidates:
         _confidence(candidates)
         if candidates[0].cause == "unknown":
@@ -657,6 +663,20 @@ def _with_findings(
         cands = [c for c in cands if c is not absorbed]
     head = [promoted] if promoted else []
     return head + cands + extra
+
+
+def _hardware_first(cands: list[Candidate], ev: pl.DataFrame, notes: list[str]) -> list[Candidate]:
+    """A GPU the driver reports as faulty (Xid, ECC, fallen off the bus) explains the CUDA
+    errors, crashes and stalls the programs saw, whichever file happens to come first."""
+    fault = next((c for c in cands if c.category == "gpu_hardware_fault" and c.role == "primary" and c.weight >= STRONG), None)
+    if fault is None or (cands[0] is not fault and cands[0].category not in HARDWARE_SYMPTOMS):
+        return cands
+    symptom = next((c for c in cands if c.category in HARDWARE_SYMPTOMS), None)
+    if cands[0] is not fault:
+        notes.append(f"the GPU fault explains the {cands[0].category} the processes reported")
+    if symptom is not None and _first_failure(ev, fault).get("rank") is None:
+        fault.first = _first_failure(ev, symptom)  # a kernel line names a PCI address; the rank that saw it is the culprit
+    return [fault] + [c for c in cands if c is not fault]
 
 
 def _finding_candidate(f: consistency.Finding, ev: pl.DataFrame, rules: RuleSet) -> Candidate:

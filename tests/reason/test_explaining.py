@@ -1,0 +1,70 @@
+"""Causes that explain other causes: a GPU fault explains CUDA errors, differing NCCL
+versions explain a garbled bootstrap address, and glog lines take their year from the log."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import logsleuth
+
+_WATCHDOG = (
+    "{r}: [rank{r}]:[E624 18:12:41.569112941 ProcessGroupNCCL.cpp:607] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=122532, OpType=ALLGATHER, NumelIn=98, NumelOut=98, "
+    "Timeout(ms)=1800000) ran for 1800462 milliseconds before timing out."
+)
+
+
+def test_a_step_cancel_after_the_watchdogs_fired_is_not_the_cause_even_in_an_old_copied_log(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-8172086.out"
+    log.write_text(
+        "\n".join(
+            [
+                _WATCHDOG.format(r=1),
+                _WATCHDOG.format(r=0),
+                "srun: error: dgx03: task 0: Aborted (core dumped)",
+                "srun: error: dgx03: task 1: Aborted (core dumped)",
+                "slurmstepd: error: *** STEP 8172086.0 ON dgx03 CANCELLED AT 2025-06-24T18:12:47 ***",
+            ]
+        )
+        + "\n"
+    )
+    os.utime(log, (1_800_000_000, 1_800_000_000))  # copied in 2027: the glog lines still belong to 2025
+    report = logsleuth.analyze([str(log)])
+    assert report.verdict.category == "collective_timeout"
+    assert report.verdict.first_failure.time is not None and report.verdict.first_failure.time.startswith("2025-06-24T18:12:41")
+
+
+def test_an_nvidia_xid_explains_the_cuda_error_a_rank_raised_first(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_text(
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/work/train.py", line 9, in <module>\n'
+        "[rank0]:     loss.backward()\n"
+        "[rank0]: RuntimeError: CUDA error: unspecified launch failure\n"
+    )
+    (tmp_path / "dmesg.log").write_text("[Fri Sep 26 08:27:14 2025] NVRM: Xid (PCI:0000:86:00): 94, pid=2031, name=python, Contained: SM (0x1).\n")
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "gpu_hardware_fault"
+    assert report.verdict.first_failure.rank == 0  # the kernel names a PCI address; the rank comes from the CUDA error
+    assert [c.category for c in report.candidates][:2] == ["gpu_hardware_fault", "cuda_error"]
+
+
+def test_nodes_on_different_nccl_versions_explain_a_socket_family_error(tmp_path: Path) -> None:
+    (tmp_path / "worker-0.out").write_text(
+        "worker-0:28168:29020 [0] NCCL INFO NCCL version 2.20.5+cuda12.2\n"
+        "worker-0:28168:29020 [0] misc/socket.cc:484 NCCL WARN ncclSocketInit: connecting to address  with family 0 is neither AF_INET(2) nor AF_INET6(10)\n"
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3141, internal error\n"
+    )
+    (tmp_path / "worker-1.out").write_text("worker-1:28172:28233 [0] NCCL INFO NCCL version 2.19.3+cuda12.2\n")
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "version_mismatch"
+    assert "nccl_wrong_interface" in [c.category for c in report.candidates]
+
+
+def test_the_same_socket_family_error_with_one_nccl_version_is_the_interface(tmp_path: Path) -> None:
+    (tmp_path / "worker-0.out").write_text(
+        "worker-0:28168:29020 [0] NCCL INFO NCCL version 2.20.5+cuda12.2\n"
+        "worker-0:28168:29020 [0] misc/socket.cc:484 NCCL WARN ncclSocketInit: connecting to address  with family 0 is neither AF_INET(2) nor AF_INET6(10)\n"
+    )
+    (tmp_path / "worker-1.out").write_text("worker-1:28172:28233 [0] NCCL INFO NCCL version 2.20.5+cuda12.2\n")
+    assert logsleuth.analyze([str(tmp_path)]).verdict.category == "nccl_wrong_interface"
