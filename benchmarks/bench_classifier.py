@@ -14,6 +14,7 @@ percentiles. Run it on an idle machine: other load inflates both sides.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -41,6 +42,10 @@ def median_ms(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
     return statistics.median(times) * 1000
 
 
+def _stage(events, reasoning, model) -> None:  # type: ignore[no-untyped-def]
+    fuse.fuse(events, reasoning, classify.predict(model, events), model)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*", default=["corpus"])
@@ -62,21 +67,23 @@ def main() -> int:
     load_ms = median_ms(cold_load, args.repeat)
     added, stage, sizes = [], [], []
     for case in chosen:
-        with_model = median_ms(lambda: api.analyze([case]), args.repeat)
-        rules_only = median_ms(lambda: api.analyze([case], classifier=False), args.repeat)
+        with_model = median_ms(functools.partial(api.analyze, [case]), args.repeat)
+        rules_only = median_ms(functools.partial(api.analyze, [case], classifier=False), args.repeat)
         events = api.load_events(ingest.expand([case]), rules)
         reasoning = reason.reason(events, match.match(events, rules), rules)
-        stage.append(median_ms(lambda: fuse.fuse(events, reasoning, classify.predict(model, events), model), args.repeat))
+        stage.append(median_ms(functools.partial(_stage, events, reasoning, model), args.repeat))
         added.append(with_model - rules_only)
         sizes.append(events.height)
 
     def pct(xs: list[float], q: float) -> float:
         return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
 
-    print(f"{len(chosen)} cases, {args.repeat} runs each (median per case); events per case: median {statistics.median(sizes):.0f}, max {max(sizes)}")
+    print(
+        f"{len(chosen)} cases, {args.repeat} runs each (median per case); events per case: median {statistics.median(sizes):.0f}, max {max(sizes)}"
+    )
     print(f"{'':32s} {'p50':>8s} {'p90':>8s} {'max':>8s}")
-    print(f"{'analyze() with - without model':32s} {pct(added, .5):8.1f} {pct(added, .9):8.1f} {max(added):8.1f}  ms")
-    print(f"{'classifier + fusion stage alone':32s} {pct(stage, .5):8.1f} {pct(stage, .9):8.1f} {max(stage):8.1f}  ms")
+    print(f"{'analyze() with - without model':32s} {pct(added, 0.5):8.1f} {pct(added, 0.9):8.1f} {max(added):8.1f}  ms")
+    print(f"{'classifier + fusion stage alone':32s} {pct(stage, 0.5):8.1f} {pct(stage, 0.9):8.1f} {max(stage):8.1f}  ms")
     big = [p for c in chosen for p in ingest.expand([c]) if p.file]
     events = api.load_events(big, rules)
     reasoning = reason.reason(events, match.match(events, rules), rules)

@@ -133,9 +133,7 @@ def _years(inputs: list[ingest.InputInfo], lines: pl.DataFrame) -> dict[str, int
     seen = dict(zip(dated.get_column("file").to_list(), dated.get_column("year").to_list(), strict=True))
     fallback = next(iter(seen.values()), None)
     now = datetime.now().year
-    return {
-        i.file: seen.get(i.file) or fallback or (datetime.fromtimestamp(i.mtime).year if i.mtime else now) for i in inputs
-    }
+    return {i.file: seen.get(i.file) or fallback or (datetime.fromtimestamp(i.mtime).year if i.mtime else now) for i in inputs}
 
 
 #: A full date and time of day (SLURM, ISO, NCCL WARN stamps): the year group is what _years takes.

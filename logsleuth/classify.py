@@ -4,8 +4,9 @@ Rules name causes they have patterns for; the classifier reads the same event
 table as bags of masked words and generalises to wordings no rule covers
 (paraphrasing wrappers, other releases). It is a linear model over hashed
 n-grams, trained with torch by ``logsleuth train`` (logsleuth/learn/) and run
-here with numpy only: the artifact is an ``.npz`` (loaded with
-``allow_pickle=False``) plus JSON metadata that carries everything inference
+here without numpy (polars and the standard library: epilog nodes start fast and
+need nothing more): the artifact is an ``.npz`` of raw float32 arrays (read
+here as bytes, never unpickled) plus JSON metadata that carries everything inference
 needs: labels, feature configuration (masks included), temperature, fusion
 weights and the abstention threshold.
 
@@ -16,15 +17,20 @@ without a rule shows).
 
 from __future__ import annotations
 
+import array
+import ast
 import json
+import math
 import os
+import sys
+import zipfile
 import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from .reason import FAILURE_KINDS
@@ -61,40 +67,112 @@ class FeatureConfig:
 
 @dataclass
 class Fusion:
-    """The fitted combination of rule and classifier evidence (see fuse.py): arrays from the .npz."""
+    """The fitted combination of rule and classifier evidence (see fuse.py), as plain lists."""
 
-    hidden: np.ndarray  # (signals, units)
-    hidden_bias: np.ndarray  # (units,)
-    out: np.ndarray  # (units,)
-    linear: np.ndarray  # (signals,)
+    hidden: list[list[float]]  # (signals, units)
+    hidden_bias: list[float]  # (units,)
+    out: list[float]  # (units,)
+    linear: list[float]  # (signals,)
     threshold: float  # below this fused probability the verdict is unknown
 
     #: names of the arrays in the .npz, in field order
     ARRAYS = ("fusion_hidden", "fusion_hidden_bias", "fusion_out", "fusion_linear")
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        return dict(zip(self.ARRAYS, (self.hidden, self.hidden_bias, self.out, self.linear), strict=True))
-
     @classmethod
-    def from_arrays(cls, arrays: Any, threshold: float) -> Fusion:
-        """From the .npz (or any mapping of the ARRAYS names)."""
-        hidden, hidden_bias, out, linear = (np.ascontiguousarray(arrays[k], dtype=np.float64) for k in cls.ARRAYS)
-        return cls(hidden, hidden_bias, out, linear, threshold)
+    def from_arrays(cls, arrays: Mapping[str, Any], threshold: float) -> Fusion:
+        """From the .npz's arrays (or numpy arrays in training): anything with ``tolist()``."""
+        hidden, hidden_bias, out, linear = (arrays[k].tolist() for k in cls.ARRAYS)
+        return cls(
+            [[float(x) for x in row] for row in hidden],
+            [float(x) for x in hidden_bias],
+            [float(x) for x in out],
+            [float(x) for x in linear],
+            threshold,
+        )
+
+
+class Array:
+    """A float32 array read from an ``.npy`` member: its shape and its values, flat, row-major."""
+
+    def __init__(self, shape: tuple[int, ...], values: array.array[float]) -> None:
+        self.shape = shape
+        self.values = values
+
+    def tolist(self) -> list[Any]:
+        if len(self.shape) == 2:
+            n = self.shape[1]
+            return [self.values[i * n : (i + 1) * n].tolist() for i in range(self.shape[0])]
+        return self.values.tolist()
+
+
+def read_npz(path: str) -> dict[str, Array]:
+    """The float32 arrays of an uncompressed or deflated ``.npz``, without numpy and without unpickling.
+
+    Only little-endian float32 C-order arrays are accepted (what ``logsleuth train`` writes).
+    """
+    out: dict[str, Array] = {}
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            data = zf.read(info)
+            if not info.filename.endswith(".npy") or data[:6] != b"\x93NUMPY":
+                raise ValueError(f"{info.filename}: not an .npy array")
+            major = data[6]
+            size_bytes = 2 if major == 1 else 4
+            hlen = int.from_bytes(data[8 : 8 + size_bytes], "little")
+            start = 8 + size_bytes
+            header = ast.literal_eval(data[start : start + hlen].decode("latin1"))  # a dict literal, never code
+            if not isinstance(header, dict) or header.get("descr") != "<f4" or header.get("fortran_order"):
+                raise ValueError(f"{info.filename}: expected little-endian float32 in C order, found {header!r}")
+            shape = tuple(int(d) for d in header["shape"])
+            values = array.array("f")
+            values.frombytes(data[start + hlen :])
+            if sys.byteorder == "big":
+                values.byteswap()
+            if len(values) != math.prod(shape):
+                raise ValueError(f"{info.filename}: {len(values)} values for shape {shape}")
+            out[info.filename[: -len(".npy")]] = Array(shape, values)
+    return out
 
 
 @dataclass
 class Model:
-    """A loaded classifier: weights (dim x labels), bias, and what inference needs to know."""
+    """A loaded classifier: weights (dim x labels, long format), bias, idf, and what inference needs to know."""
 
     labels: list[str]
-    weights: np.ndarray
-    bias: np.ndarray
-    idf: np.ndarray  # per bucket: how rare the feature was in training (common lines weigh little)
+    weights: pl.DataFrame  # h, j (label index), w: one row per bucket and label
+    bias: list[float]
+    idf: pl.Series  # per bucket: how rare the feature was in training (common lines weigh little)
     features: FeatureConfig
     temperature: float
     fusion: Fusion
     meta: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        labels: Sequence[str],
+        weights: Iterable[float],
+        bias: Iterable[float],
+        idf: Iterable[float],
+        features: FeatureConfig,
+        temperature: float,
+        fusion: Fusion,
+        meta: dict[str, Any] | None = None,
+        source: str = "",
+    ) -> Model:
+        """From flat row-major float32 values (the file's arrays, or training's rounded ones)."""
+        w = pl.Series("w", weights, dtype=pl.Float32).cast(pl.Float64)
+        n = len(labels)
+        if w.len() != features.dim * n:
+            raise ModelError(f"{source}: {w.len()} weights do not fit {features.dim} features x {n} labels")
+        index = pl.int_range(0, w.len(), dtype=pl.Int64, eager=True)
+        table = pl.DataFrame({"h": index // n, "j": (index % n).cast(pl.Int32), "w": w})
+        idf_s = pl.Series("idf", idf, dtype=pl.Float32).cast(pl.Float64)
+        bias_l = [float(b) for b in pl.Series(bias, dtype=pl.Float32).to_list()]
+        if idf_s.len() != features.dim or len(bias_l) != n:
+            raise ModelError(f"{source}: bias {len(bias_l)}, idf {idf_s.len()} do not fit {features.dim} features x {n} labels")
+        return cls(list(labels), table, bias_l, idf_s, features, temperature, fusion, meta or {}, source)
 
 
 @dataclass
@@ -135,21 +213,26 @@ def _load(npz: str, meta_path: str, _m1: int, _m2: int) -> Model:
     """Read and check a model once per file version (the mtimes are part of the cache key)."""
     try:
         meta = json.loads(Path(meta_path).read_text(encoding="utf-8"))
-        with np.load(npz, allow_pickle=False) as arrays:
-            weights = np.ascontiguousarray(arrays["weights"], dtype=np.float32)
-            bias = np.ascontiguousarray(arrays["bias"], dtype=np.float32)
-            idf = np.ascontiguousarray(arrays["idf"], dtype=np.float32)
-            fusion = Fusion.from_arrays(arrays, float(meta["fusion"]["threshold"]))
+        arrays = read_npz(npz)
         labels = [str(x) for x in meta["labels"]]
         cfg = FeatureConfig.from_dict(meta["features"])
-        model = Model(labels, weights, bias, idf, cfg, float(meta["temperature"]), fusion, meta, npz)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelError(f"{npz}: {type(exc).__name__}: {exc}") from None
-    if weights.shape != (cfg.dim, len(labels)) or bias.shape != (len(labels),) or idf.shape != (cfg.dim,):
-        raise ModelError(
-            f"{npz}: weights {weights.shape}, bias {bias.shape}, idf {idf.shape} do not fit {cfg.dim} features x {len(labels)} labels"
+        fusion = Fusion.from_arrays(arrays, float(meta["fusion"]["threshold"]))
+        shapes = {k: arrays[k].shape for k in ("weights", "bias", "idf")}
+        if shapes != {"weights": (cfg.dim, len(labels)), "bias": (len(labels),), "idf": (cfg.dim,)}:
+            raise ModelError(f"{npz}: arrays {shapes} do not fit {cfg.dim} features x {len(labels)} labels")
+        return Model.build(
+            labels,
+            arrays["weights"].values,
+            arrays["bias"].values,
+            arrays["idf"].values,
+            cfg,
+            float(meta["temperature"]),
+            fusion,
+            meta,
+            npz,
         )
-    return model
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError, zipfile.BadZipFile) as exc:
+        raise ModelError(f"{npz}: {type(exc).__name__}: {exc}") from None
 
 
 # -- features ---------------------------------------------------------------------------------
@@ -238,35 +321,41 @@ def job_features(events: pl.DataFrame) -> list[str]:
 
 
 def hashed(feats: pl.DataFrame, dim: int) -> pl.DataFrame:
-    """Add the feature's bucket (``h``) to an (eid, feat) table."""
+    """Add the feature's bucket (``h``) to an (eid, feat) table (one hash per distinct feature)."""
     uniq = feats.get_column("feat").unique().sort()
-    buckets = np.fromiter((stable_hash(s) % dim for s in uniq.to_list()), dtype=np.int64, count=uniq.len())
-    table = pl.DataFrame({"feat": uniq, "h": buckets})
+    table = pl.DataFrame({"feat": uniq, "h": pl.Series([stable_hash(s) % dim for s in uniq.to_list()], dtype=pl.Int64)})
     return feats.join(table, on="feat", how="left")
 
 
-def job_vector(feats: pl.DataFrame) -> np.ndarray:
+def job_vector(feats: pl.DataFrame) -> list[int]:
     """The job's active buckets (unique, sorted): a feature is present or not, whatever its count."""
-    return np.unique(feats.get_column("h").to_numpy())
+    return [int(h) for h in feats.get_column("h").unique().sort().to_list()]
 
 
-def tfidf(idf: np.ndarray, buckets: np.ndarray) -> np.ndarray:
-    """Values of a job's active buckets: their idf, L2-normalised over the job."""
-    v = idf[buckets].astype(np.float64)
-    norm = float(np.sqrt((v * v).sum()))
-    return np.asarray(v / norm if norm > 0 else v)
+def logits(model: Model, buckets: Sequence[int]) -> list[float]:
+    """Raw class scores of one job (before temperature): bias + weights . tf-idf (L2-normalised idf of the active buckets).
+
+    Sums are exact (math.fsum), so the result does not depend on the order polars' threads
+    produce the rows in: training reproduces the same bytes, analysis the same scores.
+    """
+    if not buckets:
+        return list(model.bias)
+    hs = pl.Series("h", buckets, dtype=pl.Int64)
+    v = model.idf.gather(hs)
+    norm = math.sqrt(math.fsum(x * x for x in v.to_list()))
+    active = pl.DataFrame({"h": hs, "v": v / norm if norm > 0 else v})
+    terms = model.weights.join(active, on="h", how="inner").select("j", (pl.col("w") * pl.col("v")).alias("t"))
+    per_label: list[list[float]] = [[] for _ in model.bias]
+    for j, t in zip(terms.get_column("j").to_list(), terms.get_column("t").to_list(), strict=True):  # active buckets x labels
+        per_label[j].append(t)
+    return [b + math.fsum(ts) for b, ts in zip(model.bias, per_label, strict=True)]
 
 
-def logits(model: Model, buckets: np.ndarray) -> np.ndarray:
-    """Raw class scores of one job (before temperature)."""
-    if buckets.size == 0:
-        return model.bias.astype(np.float64)
-    return np.asarray((model.weights[buckets] * tfidf(model.idf, buckets)[:, None]).sum(axis=0) + model.bias)
-
-
-def softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return np.asarray(e / e.sum(axis=-1, keepdims=True))
+def softmax(z: Sequence[float]) -> list[float]:
+    top = max(z)
+    e = [math.exp(x - top) for x in z]
+    total = sum(e)
+    return [x / total for x in e]
 
 
 def predict(model: Model, events: pl.DataFrame) -> Prediction:
@@ -276,28 +365,30 @@ def predict(model: Model, events: pl.DataFrame) -> Prediction:
 
 def predict_from(model: Model, events: pl.DataFrame, feats: pl.DataFrame) -> Prediction:
     """``predict`` on features already computed (training and evaluation compute them once per case)."""
-    probs = softmax(logits(model, job_vector(feats)) / model.temperature)
-    return Prediction({label: float(p) for label, p in zip(model.labels, probs, strict=True)}, evidence(model, events, feats))
+    probs = softmax([z / model.temperature for z in logits(model, job_vector(feats))])
+    return Prediction(dict(zip(model.labels, probs, strict=True)), evidence(model, events, feats))
 
 
 def evidence(model: Model, events: pl.DataFrame, feats: pl.DataFrame, limit: int = 3) -> dict[str, list[int]]:
     """Per label, the error-level events whose features weigh most towards it, strongest first."""
     rows = feats.filter(pl.col("eid") >= 0).select("eid", "h").unique()
-    if rows.is_empty():
-        return {}
     loud = events.with_row_index("eid").filter(pl.col("level").is_in(["error", "fatal"])).get_column("eid").cast(pl.Int64)
     rows = rows.filter(pl.col("eid").is_in(loud.implode()))
     if rows.is_empty():
         return {}
-    eids = rows.get_column("eid").to_numpy()
-    h = rows.get_column("h").to_numpy()
-    contrib = model.weights[h] * model.idf[h][:, None]  # (rows, labels)
-    order, inverse = np.unique(eids, return_inverse=True)
-    per_event = np.zeros((order.size, len(model.labels)))
-    np.add.at(per_event, inverse, contrib)
+    hs = rows.get_column("h").unique()
+    idf = pl.DataFrame({"h": hs, "v": model.idf.gather(hs)})
+    per_event = (
+        rows.join(idf, on="h")
+        .join(model.weights, on="h")
+        .group_by("j", "eid")
+        .agg((pl.col("w") * pl.col("v")).sum().alias("c"))
+        .filter(pl.col("c") > 0)
+        .sort(["j", "c", "eid"], descending=[False, True, False])
+        .group_by("j", maintain_order=True)
+        .head(limit)
+    )
     out: dict[str, list[int]] = {}
-    for j, label in enumerate(model.labels):
-        col = per_event[:, j]
-        best = np.argsort(-col, kind="stable")[:limit]
-        out[label] = [int(order[i]) for i in best if col[i] > 0]
+    for (j,), group in per_event.group_by(["j"], maintain_order=True):  # one group per label
+        out[model.labels[int(j)]] = [int(e) for e in group.get_column("eid").to_list()]
     return out

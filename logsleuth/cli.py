@@ -513,9 +513,14 @@ def evaluate(
         raise typer.Exit(EXIT_USAGE)
     _load_rules_or_exit(rules)
     from .classify import ModelError
-    from .learn.corpus import CorpusError
-    from .learn.evaluate import evaluate as run
-    from .learn.evaluate import render
+
+    try:
+        from .learn.corpus import CorpusError
+        from .learn.evaluate import evaluate as run
+        from .learn.evaluate import render
+    except ImportError as exc:
+        _err(f"evaluation needs the 'train' extra (numpy, scikit-learn): {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
 
     try:
         ev = run(

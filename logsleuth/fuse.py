@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-import numpy as np
 import polars as pl
 
 from .classify import Fusion, Model, ModelError, Prediction, softmax
@@ -64,7 +63,7 @@ _FLOOR = 1e-6
 MAX_CANDIDATES = 6
 
 
-def signals(reasoning: Reasoning, probs: dict[str, float], labels: Sequence[str]) -> np.ndarray:
+def signals(reasoning: Reasoning, probs: dict[str, float], labels: Sequence[str]) -> list[list[float]]:
     """The (labels x SIGNALS) matrix the fusion scores for one job."""
     best: dict[str, Candidate] = {}
     for c in reasoning.candidates:
@@ -73,12 +72,13 @@ def signals(reasoning: Reasoning, probs: dict[str, float], labels: Sequence[str]
     lead = reasoning.candidates[0] if reasoning.candidates else None
     say_none = not reasoning.failed and not reasoning.candidates
     say_unknown = reasoning.failed and not reasoning.candidates
-    p = np.array([probs.get(label, 0.0) for label in labels])
-    order = np.argsort(-p, kind="stable")
-    rank = np.empty(len(labels), dtype=np.int64)
-    rank[order] = np.arange(len(labels))
-    top = labels[int(order[0])]
-    ranked = np.sort(p)
+    p = [probs.get(label, 0.0) for label in labels]
+    order = sorted(range(len(labels)), key=lambda i: -p[i])  # stable: ties keep label order
+    rank = [0] * len(labels)
+    for position, i in enumerate(order):
+        rank[i] = position
+    top = labels[order[0]]
+    ranked = sorted(p)
     job = (
         float(ranked[-1]),
         float(ranked[-1] - ranked[-2]) if len(ranked) > 1 else float(ranked[-1]),
@@ -88,37 +88,50 @@ def signals(reasoning: Reasoning, probs: dict[str, float], labels: Sequence[str]
         min(len(best), 4) / 4,
         1.0 if reasoning.failed else 0.0,
     )
-    out = np.zeros((len(labels), len(SIGNALS)))
+    out: list[list[float]] = []
     for i, label in enumerate(labels):
         rule = best.get(label)
-        out[i] = (
-            rule.confidence if rule else 0.0,
-            rule.weight if rule else 0.0,
-            1.0 if rule and rule.role == "primary" else 0.0,
-            math.log1p(len(rule.eids)) if rule else 0.0,
-            1.0 if lead and label == lead.category else 0.0,
-            p[i],
-            math.log(max(p[i], _FLOOR)),
-            1.0 if label == top else 0.0,
-            min(int(rank[i]), 5) / 5,
-            1.0 if say_none and label == "none" else 0.0,
-            1.0 if say_unknown and label == "unknown" else 0.0,
-            1.0 if rule or rank[i] < 3 or label in ("none", "unknown") else 0.0,
-            *job,
+        out.append(
+            [
+                rule.confidence if rule else 0.0,
+                rule.weight if rule else 0.0,
+                1.0 if rule and rule.role == "primary" else 0.0,
+                math.log1p(len(rule.eids)) if rule else 0.0,
+                1.0 if lead and label == lead.category else 0.0,
+                p[i],
+                math.log(max(p[i], _FLOOR)),
+                1.0 if label == top else 0.0,
+                min(int(rank[i]), 5) / 5,
+                1.0 if say_none and label == "none" else 0.0,
+                1.0 if say_unknown and label == "unknown" else 0.0,
+                1.0 if rule or rank[i] < 3 or label in ("none", "unknown") else 0.0,
+                *job,
+            ]
         )
     return out
 
 
-def scores(x: np.ndarray, fusion: Fusion) -> np.ndarray:
-    """Fusion scores of signal rows ``x`` (..., SIGNALS): a tanh layer plus a linear term, shared by all labels."""
-    return np.asarray(np.tanh(x @ fusion.hidden + fusion.hidden_bias) @ fusion.out + x @ fusion.linear)
+def scores(x: Sequence[Sequence[float]], fusion: Fusion) -> list[float]:
+    """Fusion score of every signal row (one per label): a tanh layer plus a linear term, shared by all labels."""
+    units = range(len(fusion.hidden_bias))
+    out = []
+    for row in x:
+        hidden = [fusion.hidden_bias[u] for u in units]
+        linear = 0.0
+        for value, weights, lin in zip(row, fusion.hidden, fusion.linear, strict=True):
+            if value:
+                linear += value * lin
+                for u in units:
+                    hidden[u] += value * weights[u]
+        out.append(linear + sum(math.tanh(h) * o for h, o in zip(hidden, fusion.out, strict=True)))
+    return out
 
 
 def check(model: Model) -> None:
     """Refuse a model whose fusion was fitted for other signals than this code computes."""
-    if model.fusion.linear.shape != (len(SIGNALS),) or model.fusion.hidden.shape[0] != len(SIGNALS):
+    if len(model.fusion.linear) != len(SIGNALS) or len(model.fusion.hidden) != len(SIGNALS):
         raise ModelError(
-            f"{model.source}: fusion fitted for {model.fusion.linear.shape[0]} signals, this code has {len(SIGNALS)}; retrain with `logsleuth train`"
+            f"{model.source}: fusion fitted for {len(model.fusion.linear)} signals, this code has {len(SIGNALS)}; retrain with `logsleuth train`"
         )
 
 

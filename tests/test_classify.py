@@ -105,7 +105,10 @@ def _write_model(folder: Path, *, labels: list[str], dim: int = 8, idf_len: int 
         "weights": np.zeros((dim, len(labels)), np.float32),
         "bias": np.arange(len(labels), dtype=np.float32),
         "idf": np.ones(idf_len or dim, np.float32),
-        **classify.Fusion(np.zeros((3, 2)), np.zeros(2), np.zeros(2), np.zeros(3), 0.3).arrays(),
+        "fusion_hidden": np.zeros((3, 2), np.float32),
+        "fusion_hidden_bias": np.zeros(2, np.float32),
+        "fusion_out": np.zeros(2, np.float32),
+        "fusion_linear": np.zeros(3, np.float32),
     }
     np.savez(folder / "classifier.npz", **arrays)  # type: ignore[arg-type]
     meta = {
@@ -132,9 +135,19 @@ def test_load_rejects_arrays_that_do_not_fit_the_metadata(tmp_path: Path) -> Non
         classify.load(tmp_path)
 
 
-def test_shipped_model_loads_and_predicts_with_torch_unimportable() -> None:
+def test_load_refuses_arrays_that_are_not_plain_float32_without_unpickling_them(tmp_path: Path) -> None:
+    _write_model(tmp_path, labels=["none", "unknown"])
+    np.savez(tmp_path / "classifier.npz", weights=np.array([{"x": 1}], dtype=object))  # type: ignore[arg-type]
+    with pytest.raises(classify.ModelError, match="float32"):
+        classify.load(tmp_path)
+    (tmp_path / "classifier.npz").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(classify.ModelError):
+        classify.load(tmp_path)
+
+
+def test_shipped_model_loads_and_predicts_without_torch_or_numpy() -> None:
     code = (
-        "import sys; sys.modules['torch'] = None\n"
+        "import sys; sys.modules['torch'] = None; sys.modules['numpy'] = None\n"
         "from logsleuth import classify\n"
         "from tests.conftest import events_of\n"
         "m = classify.load()\n"

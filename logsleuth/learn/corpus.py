@@ -141,4 +141,4 @@ def observe(case: Case, ruleset: RuleSet, features: classify.FeatureConfig) -> O
     hits = match.match(events, ruleset)
     reasoning = reason.reason(events, hits, ruleset)
     feats = classify.hashed(classify.event_features(events, features), features.dim)
-    return Observation(case, events, hits, reasoning, feats, classify.job_vector(feats))
+    return Observation(case, events, hits, reasoning, feats, np.asarray(classify.job_vector(feats), dtype=np.int64))

@@ -94,6 +94,19 @@ def _deterministic(seed: int) -> None:
     torch.set_num_threads(1)
 
 
+def softmax_rows(z: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of a (cases, labels) array."""
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return np.asarray(e / e.sum(axis=-1, keepdims=True))
+
+
+def tfidf(idf: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """Values of a job's active buckets: their idf, L2-normalised over the job (as classify.logits computes them)."""
+    v = idf[buckets].astype(np.float64)
+    norm = float(np.sqrt((v * v).sum()))
+    return np.asarray(v / norm if norm > 0 else v)
+
+
 def inverse_df(buckets: Sequence[np.ndarray], dim: int) -> np.ndarray:
     """Smoothed inverse document frequency of every bucket over the training jobs."""
     df = np.zeros(dim)
@@ -110,7 +123,7 @@ def fit_linear(
     lengths = [len(b) for b in buckets]
     idx = torch.from_numpy(np.concatenate(buckets).astype(np.int64)) if sum(lengths) else torch.zeros(0, dtype=torch.int64)
     offsets = torch.from_numpy(np.cumsum([0, *lengths[:-1]]).astype(np.int64))
-    psw = torch.from_numpy(np.concatenate([classify.tfidf(idf, b) for b in buckets] or [np.zeros(0)]))
+    psw = torch.from_numpy(np.concatenate([tfidf(idf, b) for b in buckets] or [np.zeros(0)]))
     bag = torch.nn.EmbeddingBag(s.dim, n_labels, mode="sum", dtype=torch.float64)
     torch.nn.init.zeros_(bag.weight)
     bias = torch.zeros(n_labels, dtype=torch.float64, requires_grad=True)
@@ -142,7 +155,7 @@ def fit_temperature(z: np.ndarray, y: np.ndarray) -> float:
     """The temperature that minimises held-out log loss (a 1-D search on a log grid, then refined)."""
 
     def nll(t: float) -> float:
-        p = classify.softmax(z / t)
+        p = softmax_rows(z / t)
         return float(-np.log(np.maximum(p[np.arange(len(y)), y], 1e-12)).mean())
 
     grid = np.exp(np.linspace(math.log(0.05), math.log(20.0), 61))
@@ -180,9 +193,21 @@ def fit_fusion(signal_sets: np.ndarray, y: np.ndarray, w: np.ndarray, s: Setting
         return loss
 
     opt.step(closure)  # type: ignore[no-untyped-call]
+    # rounded to float32 here, as stored, so what training measures is what the shipped file computes
     return classify.Fusion.from_arrays(
-        {name: p.detach().numpy().copy() for name, p in zip(classify.Fusion.ARRAYS, params, strict=True)}, 0.0
+        {name: p.detach().numpy().astype(np.float32) for name, p in zip(classify.Fusion.ARRAYS, params, strict=True)}, 0.0
     )
+
+
+def fusion_arrays(fusion: classify.Fusion) -> dict[str, np.ndarray]:
+    """The fusion's arrays under their .npz names."""
+    values = (fusion.hidden, fusion.hidden_bias, fusion.out, fusion.linear)
+    return {name: np.asarray(v, dtype=np.float32) for name, v in zip(classify.Fusion.ARRAYS, values, strict=True)}
+
+
+def fused_rows(signal_sets: np.ndarray, fusion: classify.Fusion) -> np.ndarray:
+    """Fused probabilities of every example, computed by the code analysis runs (fuse.scores)."""
+    return np.array([classify.softmax(fuse.scores(x, fusion)) for x in signal_sets.tolist()])
 
 
 def sample_weights(cases: Sequence[Case], s: Settings) -> np.ndarray:
@@ -205,9 +230,15 @@ def _model(
     fusion: classify.Fusion | None,
 ) -> classify.Model:
     """A model from float64 training results, rounded to what is stored (float32), so scores match the shipped file."""
-    blank = classify.Fusion(np.zeros((len(fuse.SIGNALS), 1)), np.zeros(1), np.zeros(1), np.zeros(len(fuse.SIGNALS)), 0.0)
-    return classify.Model(
-        list(labels), weights.astype(np.float32), bias.astype(np.float32), idf.astype(np.float32), cfg, temperature, fusion or blank
+    blank = classify.Fusion([[0.0]] * len(fuse.SIGNALS), [0.0], [0.0], [0.0] * len(fuse.SIGNALS), 0.0)
+    return classify.Model.build(
+        labels,
+        weights.astype(np.float32).ravel(),
+        bias.astype(np.float32),
+        idf.astype(np.float32),
+        cfg,
+        temperature,
+        fusion or blank,
     )
 
 
@@ -252,13 +283,13 @@ def train(
         wk, bk = fit_linear([tr[i].buckets for i in inside], idf_k, y[inside], w[inside], len(labels), s)
         part = _model(labels, wk, bk, idf_k, cfg, 1.0, None)
         for j in outside:
-            oof[j] = classify.logits(part, tr[j].buckets)
+            oof[j] = classify.logits(part, tr[j].buckets.tolist())
         say(f"  fold {k + 1}/{s.folds}: {outside.size} cases scored")
     temperature = fit_temperature(oof, y)
-    oof_probs = classify.softmax(oof / temperature)
+    oof_probs = softmax_rows(oof / temperature)
     sig, sig_y, sig_w, blind = fusion_examples(tr, oof_probs, y, w, labels, ruleset, s.ablation_weight)
     fusion = fit_fusion(sig, sig_y, sig_w, s)
-    fused_p = classify.softmax(fuse.scores(sig, fusion))
+    fused_p = fused_rows(sig, fusion)
     fusion.threshold = _pick_threshold(fused_p, sig_y, labels, s.thresholds)
     say(
         f"  temperature {temperature:.3f}, fusion fitted on {len(sig_y)} examples ({int(blind.sum())} without their rules), threshold {fusion.threshold}"
@@ -296,7 +327,8 @@ def train(
         },
     }
     npz = Path(out) / f"{classify.MODEL_NAME}.npz"
-    write_model(npz, {"weights": model.weights, "bias": model.bias, "idf": model.idf, **fusion.arrays()}, meta)
+    arrays = {"weights": weights, "bias": bias, "idf": idf, **fusion_arrays(fusion)}
+    write_model(npz, arrays, meta)
     return Result(npz, meta, round(time.monotonic() - started, 1))
 
 
