@@ -59,6 +59,8 @@ SIGNALS = (
 )
 #: Probabilities below this are floored before the log (a label the classifier rules out still exists).
 _FLOOR = 1e-6
+#: Below this fused probability a label no rule proposes is not listed as a candidate.
+MIN_GUESS = 0.03
 #: Candidates shown after the verdict.
 MAX_CANDIDATES = 6
 
@@ -151,9 +153,11 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
     for c in reasoning.candidates:
         by_category.setdefault(c.category, []).append(c)
     out: list[Candidate] = []
-    for label in ranked[:MAX_CANDIDATES]:
+    for i, label in enumerate(ranked[:MAX_CANDIDATES]):
         p = round(probs[label], 3)
         ruled = by_category.get(label)
+        if i > 0 and not ruled and p < MIN_GUESS:
+            continue  # a guess nothing else supports, at a few percent, is noise in the report
         if ruled:
             out.append(replace(ruled[0], confidence=p))
             out += [replace(c, confidence=round(min(p, c.confidence) / 2, 3)) for c in ruled[1:]]
