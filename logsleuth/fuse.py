@@ -143,11 +143,37 @@ def fused_probs(reasoning: Reasoning, prediction: Prediction, model: Model) -> d
     return {label: float(p) for label, p in zip(model.labels, softmax(z), strict=True)}
 
 
+def constrain(probs: dict[str, float], reasoning: Reasoning) -> tuple[dict[str, float], list[str]]:
+    """Probabilities that respect what the cross-rank reasoning established, and the labels it explained away.
+
+    The classifier reads words, not order: a 16-rank cascade is mostly victims'
+    lines, so the network can favour the victims' category. The reasoner knows
+    which failure came first; a category it saw only as a consequence of its lead
+    (peer resets, the watchdog timeouts of a desync) is that lead's symptom, so
+    its probability counts for the lead (the taxonomy names ``peer_failure`` only
+    when the first failure is not in the logs). A failure no rule explains is
+    still a failure: its job did not end well, so ``none`` counts for ``unknown``.
+    """
+    lead = reasoning.candidates[0] if reasoning.candidates else None
+    out = dict(probs)
+    if lead is None or lead.role == "consequence" or lead.category == "none":
+        return out, []
+    if lead.category == "unknown":
+        if "none" in out and "unknown" in out:
+            out["unknown"] += out.pop("none")
+        return out, []
+    leading = {c.category for c in reasoning.candidates if c.role != "consequence"}
+    explained = list(dict.fromkeys(c.category for c in reasoning.candidates if c.category not in leading and c.category in out))
+    for label in explained:
+        out[lead.category] = out.get(lead.category, 0.0) + out.pop(label)
+    return out, explained
+
+
 def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | None, model: Model | None) -> Reasoning:
     """The reasoning with candidates re-ranked and confidences calibrated; rules only without a model."""
     if prediction is None or model is None:
         return reasoning
-    probs = fused_probs(reasoning, prediction, model)
+    probs, explained = constrain(fused_probs(reasoning, prediction, model), reasoning)
     ranked = sorted(probs, key=lambda label: (-probs[label], label))
     by_category: dict[str, list[Candidate]] = {}
     for c in reasoning.candidates:
@@ -161,6 +187,8 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
         if ruled:
             out.append(replace(ruled[0], confidence=p))
             out += [replace(c, confidence=round(min(p, c.confidence) / 2, 3)) for c in ruled[1:]]
+            if label == reasoning.candidates[0].category:  # the victims the lead explains follow it
+                out += [replace(c, confidence=round(min(p, c.confidence) / 2, 3)) for e in explained for c in by_category[e]]
         else:
             eids = _failures(events) if label == "unknown" else [] if label == "none" else prediction.evidence.get(label, [])
             out.append(Candidate(label, label, "primary", p, p, eids, [], _ranks(events, eids)))
@@ -178,7 +206,9 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
         lead = out[0]
     elif lead.category not in ("none", "unknown") and not lead.rules:
         notes.append(f"no rule recognises this failure; the verdict {lead.category} comes from the learned classifier")
-    if lead.category in ("none", "unknown") or lead.eids[0] == reasoning.first_eid:
+    same_lead = bool(reasoning.candidates) and lead.category == reasoning.candidates[0].category
+    # the reasoner placed the culprit across ranks; a lead it chose keeps that first failure
+    if lead.category in ("none", "unknown") or same_lead or not lead.eids or lead.eids[0] == reasoning.first_eid:
         first_eid, first = reasoning.first_eid, reasoning.first_failure
     else:
         first_eid, first = lead.eids[0], _first_failure(events, lead.eids[0])

@@ -12,6 +12,18 @@ from .conftest import events_of
 from .data_torchrun import TORCHRUN_VALUEERROR
 
 LABELS = ["cuda_oom", "user_code_error", "peer_failure", "unknown", "none"]
+CASCADE = """
+    [rank2]: ValueError: batch 17 has 3 labels, expected 4
+    [rank0]: torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer
+    [rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:29500
+    srun: error: node01: task 2: Exited with exit code 1
+"""
+UNRULED_CRASH = """
+    [rank1]: Traceback (most recent call last):
+    [rank1]:   File "train.py", line 3, in <module>
+    [rank1]: FrobnicationError: the widget is sad
+    srun: error: node01: task 1: Exited with exit code 1
+"""
 OOM_JOB = """
     [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.10 GiB
     srun: error: node01: task 3: Exited with exit code 1
@@ -71,7 +83,7 @@ def test_below_the_threshold_the_verdict_is_unknown_and_the_guesses_still_follow
     ev, r = reasoned(TORCHRUN_VALUEERROR)
     assert r.candidates[0].category == "user_code_error"
     flat = prediction({"cuda_oom": 0.22, "user_code_error": 0.21, "peer_failure": 0.2})
-    best = fuse.fused_probs(r, flat, model())
+    best, _ = fuse.constrain(fuse.fused_probs(r, flat, model()), r)
     assert max(best, key=best.__getitem__) == "user_code_error"
     out = fuse.fuse(ev, r, flat, model(threshold=0.99))
     cats = [c.category for c in out.candidates]
@@ -105,6 +117,33 @@ def test_a_clean_run_stays_none_when_the_classifier_agrees() -> None:
     assert out.candidates[0].category == "none"
     report = build(ev, match.match(ev, rulebook.load()), out, rulebook.load(), [], version="")
     assert report.verdict.category == "none"
+
+
+def test_victims_the_reasoner_explained_never_outrank_their_culprit() -> None:
+    # the classifier reads a cascade's words (mostly the victims'), not which rank failed first
+    ev, r = reasoned(CASCADE)
+    assert [(c.category, c.role) for c in r.candidates] == [("user_code_error", "primary"), ("peer_failure", "consequence")]
+    out = fuse.fuse(ev, r, prediction({"peer_failure": 0.9, "user_code_error": 0.05}), model())
+    cats = [c.category for c in out.candidates]
+    assert cats[:2] == ["user_code_error", "peer_failure"]
+    assert out.candidates[0].confidence > 0.5 > out.candidates[1].confidence
+    assert out.first_failure == r.first_failure and out.first_failure["rank"] == 2
+
+
+def test_a_failure_no_rule_explains_is_unknown_not_none() -> None:
+    ev, r = reasoned(UNRULED_CRASH, without="user_code_error")
+    assert r.failed and r.candidates[0].category == "unknown"
+    out = fuse.fuse(ev, r, prediction({"none": 0.9}), model())
+    assert out.candidates[0].category == "unknown" and "none" not in [c.category for c in out.candidates]
+
+
+def test_the_constraint_moves_probability_and_keeps_it_a_distribution() -> None:
+    ev, r = reasoned(CASCADE)
+    probs = fuse.fused_probs(r, prediction({"peer_failure": 0.9}), model())
+    kept, explained = fuse.constrain(probs, r)
+    assert explained == ["peer_failure"] and "peer_failure" not in kept
+    assert kept["user_code_error"] == probs["user_code_error"] + probs["peer_failure"]
+    assert abs(sum(kept.values()) - 1) < 1e-9
 
 
 def test_signals_mark_the_rules_first_candidate_and_their_silence() -> None:

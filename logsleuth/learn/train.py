@@ -210,6 +210,15 @@ def fused_rows(signal_sets: np.ndarray, fusion: classify.Fusion) -> np.ndarray:
     return np.array([classify.softmax(fuse.scores(x, fusion)) for x in signal_sets.tolist()])
 
 
+def constrained_rows(probs: np.ndarray, reasonings: Sequence[reason.Reasoning], labels: Sequence[str]) -> np.ndarray:
+    """Fused probabilities after what the reasoner established (fuse.constrain), as analysis sees them."""
+    out = np.zeros_like(probs)
+    for i, (row, reasoning) in enumerate(zip(probs.tolist(), reasonings, strict=True)):
+        kept, _ = fuse.constrain(dict(zip(labels, row, strict=True)), reasoning)
+        out[i] = [kept.get(label, 0.0) for label in labels]
+    return out
+
+
 def sample_weights(cases: Sequence[Case], s: Settings) -> np.ndarray:
     """Balanced class weights times provenance weights."""
     counts: dict[str, int] = {}
@@ -287,9 +296,9 @@ def train(
         say(f"  fold {k + 1}/{s.folds}: {outside.size} cases scored")
     temperature = fit_temperature(oof, y)
     oof_probs = softmax_rows(oof / temperature)
-    sig, sig_y, sig_w, blind = fusion_examples(tr, oof_probs, y, w, labels, ruleset, s.ablation_weight)
+    sig, sig_y, sig_w, blind, reasonings = fusion_examples(tr, oof_probs, y, w, labels, ruleset, s.ablation_weight)
     fusion = fit_fusion(sig, sig_y, sig_w, s)
-    fused_p = fused_rows(sig, fusion)
+    fused_p = constrained_rows(fused_rows(sig, fusion), reasonings, labels)
     fusion.threshold = _pick_threshold(fused_p, sig_y, labels, s.thresholds)
     say(
         f"  temperature {temperature:.3f}, fusion fitted on {len(sig_y)} examples ({int(blind.sum())} without their rules), threshold {fusion.threshold}"
@@ -340,27 +349,29 @@ def fusion_examples(
     labels: Sequence[str],
     ruleset: rulebook.RuleSet,
     ablation_weight: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[reason.Reasoning]]:
     """Fusion signals of every training case, plus a copy reasoned without its own cause's rules.
 
     The copies teach the fusion what a wording no rule covers looks like: other rules
-    fire on the side effects, and only the classifier knows the cause. The last array
-    marks the copies.
+    fire on the side effects, and only the classifier knows the cause. The fourth array
+    marks the copies; the list holds each row's reasoning.
     """
-    sig, ys, ws, blind_rows = [], [], [], []
+    sig, ys, ws, blind_rows, reasonings = [], [], [], [], []
     for o, p, label, weight in zip(obs, probs, y, w, strict=True):
         named = dict(zip(labels, p, strict=True))
         sig.append(fuse.signals(o.reasoning, named, labels))
         ys.append(label)
         ws.append(weight)
         blind_rows.append(False)
+        reasonings.append(o.reasoning)
         if ablation_weight > 0 and o.case.label not in NON_CAUSES:
             blind = reason.reason(o.events, o.hits.filter(pl.col("category") != o.case.label), ruleset)
             sig.append(fuse.signals(blind, named, labels))
             ys.append(label)
             ws.append(weight * ablation_weight)
             blind_rows.append(True)
-    return np.stack(sig), np.array(ys), np.array(ws), np.array(blind_rows)
+            reasonings.append(blind)
+    return np.stack(sig), np.array(ys), np.array(ws), np.array(blind_rows), reasonings
 
 
 def _pick_threshold(probs: np.ndarray, y: np.ndarray, labels: Sequence[str], grid: Sequence[float]) -> float:
