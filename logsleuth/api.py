@@ -10,12 +10,13 @@ import os
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import BinaryIO
 
 import polars as pl
 
-from . import __version__, ingest, match, parse, reason, rulebook
+from . import __version__, classify, fuse, ingest, match, parse, reason, rulebook
 from .redact import redact_all, redact_frame
 from .report.build import build
 from .report.model import CandidateOut, Evidence, FirstFailure, InputOut, Report, Verdict
@@ -28,6 +29,8 @@ def analyze(
     budget_s: float | None = None,
     stdin: BinaryIO | None = None,
     redact: bool = True,
+    model: str | os.PathLike[str] | None = None,
+    classifier: bool = True,
 ) -> Report:
     """Diagnose a failed job from its logs.
 
@@ -35,6 +38,8 @@ def analyze(
     ``rules``: extra rule folders or files (override built-in rules by id).
     ``budget_s``: stop reading after this many seconds and report on what was read.
     ``redact``: replace secrets (tokens, keys, passwords) in every text of the report.
+    ``model``: the classifier to fuse with the rules (default: the shipped one);
+    ``classifier=False`` reasons from rules alone.
     """
     started = time.monotonic()
     inputs = ingest.expand(paths)
@@ -43,16 +48,40 @@ def analyze(
         events = load_events(inputs, ruleset, budget_s=budget_s, stdin=stdin, redact=redact)
         hits = match.match(events, ruleset)
         reasoning = reason.reason(events, hits, ruleset)
+        clf_started = time.monotonic()
+        reasoning = fused(events, reasoning, model, enabled=classifier)
         stats = {
             "events": events.height,
             "hits": hits.height,
             "rules": len(ruleset.rules),
+            "classifier_seconds": round(time.monotonic() - clf_started, 3),
             "seconds": round(time.monotonic() - started, 3),
         }
         report = build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats)
     except Exception as exc:  # the promise: a report, never a traceback
         report = _failed_report(inputs, exc)
     return redact_all(report) if redact else report
+
+
+def fused(
+    events: pl.DataFrame, reasoning: reason.Reasoning, model: str | os.PathLike[str] | None, *, enabled: bool = True
+) -> reason.Reasoning:
+    """Fuse the classifier into the reasoning; without a usable model, say so and keep the rules' verdict."""
+
+    def rules_only(why: str) -> reason.Reasoning:
+        return replace(reasoning, notes=[*reasoning.notes, f"{why}: the verdict comes from the rules alone"])
+
+    if not enabled:
+        return rules_only("classifier disabled")
+    try:
+        loaded = classify.load(model)
+        if loaded is not None:
+            fuse.check(loaded)
+    except classify.ModelError as exc:
+        return rules_only(f"classifier model unusable ({exc})")
+    if loaded is None:
+        return rules_only(f"no classifier model at {classify.model_paths(model)[0]}")
+    return fuse.fuse(events, reasoning, classify.predict(loaded, events), loaded)
 
 
 def load_events(
@@ -104,9 +133,7 @@ def _years(inputs: list[ingest.InputInfo], lines: pl.DataFrame) -> dict[str, int
     seen = dict(zip(dated.get_column("file").to_list(), dated.get_column("year").to_list(), strict=True))
     fallback = next(iter(seen.values()), None)
     now = datetime.now().year
-    return {
-        i.file: seen.get(i.file) or fallback or (datetime.fromtimestamp(i.mtime).year if i.mtime else now) for i in inputs
-    }
+    return {i.file: seen.get(i.file) or fallback or (datetime.fromtimestamp(i.mtime).year if i.mtime else now) for i in inputs}
 
 
 #: A full date and time of day (SLURM, ISO, NCCL WARN stamps): the year group is what _years takes.

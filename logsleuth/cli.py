@@ -87,6 +87,8 @@ def analyze(
         bool | None, typer.Option("--color/--no-color", help="Colour in the terminal format (default: when stdout is a terminal).")
     ] = None,
     no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep secrets (tokens, passwords) in the report.")] = False,
+    model: Annotated[Path | None, typer.Option("--model", help="Classifier model (folder or .npz) instead of the shipped one.")] = None,
+    no_model: Annotated[bool, typer.Option("--no-model", help="Rules only: do not fuse the learned classifier.")] = False,
     store: Annotated[
         Path | None,
         typer.Option("--store", readable=False, help="Append the verdict to this history folder (see `logsleuth history`)."),
@@ -106,7 +108,7 @@ def analyze(
         _err(f"--store {store}: cannot create or write to this folder")
         raise typer.Exit(EXIT_USAGE)
     _load_rules_or_exit(rules)
-    report = run(paths, rules=rules, budget_s=budget, redact=not no_redact)
+    report = run(paths, rules=rules, budget_s=budget, redact=not no_redact, model=model, classifier=not no_model)
     use_color = (sys.stdout.isatty() and output is None) if color is None else color
     text = render(report, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
     if output:
@@ -440,6 +442,94 @@ def _write(output: Path | None, text: str) -> None:
     except OSError as exc:
         _err(f"cannot write {output}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_USAGE) from None
+
+
+@app.command()
+def train(
+    corpus: Annotated[
+        list[Path] | None, typer.Option("--corpus", help="Corpus folder of cases (repeatable).", show_default="corpus")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Folder for classifier.npz and classifier.json.")] = Path("models"),
+    rules: RulesOpt = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Train into a temporary folder and exit 1 unless the result is byte-identical to --out's model.")
+    ] = False,
+) -> None:
+    """Train the classifier on the corpus (needs torch) and write the model."""
+    import tempfile
+
+    _load_rules_or_exit(rules)
+    try:
+        from .learn.train import train as run
+    except ImportError as exc:
+        _err(f"training needs the 'train' extra (torch): {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    from .learn.corpus import CorpusError
+
+    def say(msg: str) -> None:
+        typer.echo(msg, err=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            result = run(corpus or [Path("corpus")], Path(tmp) if check else out, rules=rules or (), progress=say)
+        except (CorpusError, ValueError) as exc:
+            _err(str(exc))
+            raise typer.Exit(EXIT_USAGE) from None
+        if check:
+            differ = [
+                f"{out / p.name}"
+                for p in (result.npz, result.npz.with_suffix(".json"))
+                if not (out / p.name).is_file() or (out / p.name).read_bytes() != p.read_bytes()
+            ]
+            if differ:
+                _err(f"not what training produces from this corpus: {', '.join(differ)} (retrain with `logsleuth train --out {out}`)")
+                raise typer.Exit(EXIT_FAIL_ON)
+            typer.echo(f"ok: {out} is byte-identical to a fresh training run ({result.seconds:.0f} s)")
+            return
+    meta = result.meta
+    held = meta["metrics"]["held_out"]
+    typer.echo(f"wrote {result.npz} and {result.npz.with_suffix('.json')} in {result.seconds:.0f} s")
+    typer.echo(f"trained on {meta['training_data']['cases']} cases; {meta['training_data']['held_out_cases']} held out")
+    for name, m in held.items():
+        typer.echo(
+            f"  held-out {name:<11} top-1 {m['accuracy']:.3f}  top-3 {m['top3']:.3f}  macro-F1 {m['macro_f1']:.3f}  ECE {m['ece']:.3f}"
+        )
+
+
+@app.command("eval")
+def evaluate(
+    corpus: Annotated[list[Path], typer.Argument(help="Corpus folders; cases of the model's training groups are not scored.")],
+    model: Annotated[Path | None, typer.Option("--model", help="Classifier model (folder or .npz); default: the shipped one.")] = None,
+    rules: RulesOpt = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal or json.")] = "terminal",
+    ablation: Annotated[bool, typer.Option("--ablation/--no-ablation", help="Remove each cause's rules and re-score its cases.")] = True,
+    sklearn: Annotated[bool, typer.Option("--sklearn/--no-sklearn", help="Fit the tf-idf + logistic regression baseline.")] = True,
+) -> None:
+    """Score rules, classifier, fusion and naive baselines on held-out cases."""
+    import json
+
+    if fmt not in ("terminal", "json"):
+        _err(f"unknown --format {fmt!r}; choose terminal or json")
+        raise typer.Exit(EXIT_USAGE)
+    _load_rules_or_exit(rules)
+    from .classify import ModelError
+
+    try:
+        from .learn.corpus import CorpusError
+        from .learn.evaluate import evaluate as run
+        from .learn.evaluate import render
+    except ImportError as exc:
+        _err(f"evaluation needs the 'train' extra (numpy, scikit-learn): {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+
+    try:
+        ev = run(
+            corpus, model_path=model, rules=rules or (), ablation=ablation, sklearn=sklearn, progress=lambda m: typer.echo(m, err=True)
+        )
+    except (CorpusError, ModelError, ValueError) as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    typer.echo(json.dumps(ev.to_dict(), indent=2) if fmt == "json" else render(ev), nl=fmt == "json")
 
 
 @app.command()

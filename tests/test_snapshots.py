@@ -33,7 +33,7 @@ FIXTURE_TIME = datetime(2026, 11, 22, 12, 0).timestamp()
 
 def _stable(text: str) -> str:
     """Mask what changes from run to run without changing the verdict: timing, version."""
-    text = re.sub(r'"seconds": [0-9.]+', '"seconds": "<masked>"', text)
+    text = re.sub(r'"(classifier_)?seconds": [0-9.]+', r'"\1seconds": "<masked>"', text)
     return re.sub(r'"logsleuth_version": "[^"]*"', '"logsleuth_version": "<masked>"', text)
 
 

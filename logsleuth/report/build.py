@@ -97,7 +97,7 @@ def build(
     }
     cands = reasoning.candidates
     lead = cands[0] if cands else None
-    if lead is not None and lead.cause != "unknown":
+    if lead is not None and lead.category not in ("none", "unknown") and lead.eids:
         verdict = _cause_verdict(events, lead, reasoning, rules, rules_by_id, best_rule)
     else:
         verdict = _unknown_verdict(events, lead, reasoning, best_rule)
@@ -160,7 +160,8 @@ def _cause_verdict(
     cause = rules.cause(lead.cause)
     ev_ids = _pick_evidence(events, lead.eids)
     first = events.row(lead.eids[0], named=True)
-    rule = rules_by_id.get(best_rule.get(lead.eids[0], ""), None)
+    # a verdict of the classifier alone (no rule) must not borrow the advice of a rule for another cause
+    rule = rules_by_id.get(best_rule.get(lead.eids[0], ""), None) if lead.rules else None
     if lead.summary:
         summary = _sentence(lead.summary)
         rule = rule if rule is not None and rule.cause == lead.cause else None
@@ -200,7 +201,10 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
             .get_column("eid")
             .to_list()
         )
-    category = "unknown" if reasoning.failed else "none"
+    if lead is not None and lead.category in ("none", "unknown"):
+        category = lead.category
+    else:
+        category = "unknown" if reasoning.failed else "none"
     summary = _UNKNOWN_SUMMARY if category == "unknown" else _NONE_SUMMARY
     if category == "unknown" and (ff.get("rank") is not None or ff.get("node")):
         summary = f"{_where_phrase(ff.get('rank'), ff.get('node')).capitalize()} failed first, but no known cause matches its messages; its lines are shown as evidence."

@@ -42,7 +42,9 @@ def test_an_nvidia_xid_explains_the_cuda_error_a_rank_raised_first(tmp_path: Pat
         "[rank0]:     loss.backward()\n"
         "[rank0]: RuntimeError: CUDA error: unspecified launch failure\n"
     )
-    (tmp_path / "dmesg.log").write_text("[Fri Sep 26 08:27:14 2025] NVRM: Xid (PCI:0000:86:00): 94, pid=2031, name=python, Contained: SM (0x1).\n")
+    (tmp_path / "dmesg.log").write_text(
+        "[Fri Sep 26 08:27:14 2025] NVRM: Xid (PCI:0000:86:00): 94, pid=2031, name=python, Contained: SM (0x1).\n"
+    )
     report = logsleuth.analyze([str(tmp_path)])
     assert report.verdict.category == "gpu_hardware_fault"
     assert report.verdict.first_failure.rank == 0  # the kernel names a PCI address; the rank comes from the CUDA error

@@ -1,0 +1,394 @@
+"""The learned classifier at analysis time: event table -> hashed features -> class probabilities.
+
+Rules name causes they have patterns for; the classifier reads the same event
+table as bags of masked words and generalises to wordings no rule covers
+(paraphrasing wrappers, other releases). It is a linear model over hashed
+n-grams, trained with torch by ``logsleuth train`` (logsleuth/learn/) and run
+here without numpy (polars and the standard library: epilog nodes start fast and
+need nothing more): the artifact is an ``.npz`` of raw float32 arrays (read
+here as bytes, never unpickled) plus JSON metadata that carries everything inference
+needs: labels, feature configuration (masks included), temperature, fusion
+weights and the abstention threshold.
+
+Features are computed per event and pooled per job, so the same code gives the
+job's scores and each event's contribution to them (the evidence a verdict
+without a rule shows).
+"""
+
+from __future__ import annotations
+
+import array
+import ast
+import json
+import math
+import os
+import sys
+import zipfile
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from .reason import FAILURE_KINDS
+
+#: Where the shipped model lives (next to the package, or inside it when installed).
+MODELS_DIR = Path(os.environ.get("LOGSLEUTH_MODELS_DIR", Path(__file__).resolve().parent.parent / "models"))
+if not MODELS_DIR.is_dir():
+    MODELS_DIR = Path(__file__).resolve().parent / "models"
+MODEL_NAME = "classifier"
+#: Event levels whose words are features ("e:" namespace).
+LOUD = ("error", "fatal", "warning")
+#: Info-level kinds whose words are features too ("i:"): how NCCL was set up, not training chatter.
+TELLING_INFO = ("nccl_net", "nccl_env", "nccl_version", "nccl_init")
+_TOKEN = r"<[a-z0-9]+>|[a-z][a-z0-9]+"
+_BARRIER = r"world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)"
+_CLIENTS = r"(\d+)/(\d+) (?:clients|workers) joined"
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """How events become features; stored in the model metadata so training and analysis agree."""
+
+    dim: int
+    masks: tuple[tuple[str, str], ...]
+    max_tokens: int = 64
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dim": self.dim, "masks": [list(m) for m in self.masks], "max_tokens": self.max_tokens}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FeatureConfig:
+        return cls(int(data["dim"]), tuple((str(p), str(r)) for p, r in data["masks"]), int(data["max_tokens"]))
+
+
+@dataclass
+class Fusion:
+    """The fitted combination of rule and classifier evidence (see fuse.py), as plain lists."""
+
+    hidden: list[list[float]]  # (signals, units)
+    hidden_bias: list[float]  # (units,)
+    out: list[float]  # (units,)
+    linear: list[float]  # (signals,)
+    threshold: float  # below this fused probability the verdict is unknown
+
+    #: names of the arrays in the .npz, in field order
+    ARRAYS = ("fusion_hidden", "fusion_hidden_bias", "fusion_out", "fusion_linear")
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, Any], threshold: float) -> Fusion:
+        """From the .npz's arrays (or numpy arrays in training): anything with ``tolist()``."""
+        hidden, hidden_bias, out, linear = (arrays[k].tolist() for k in cls.ARRAYS)
+        return cls(
+            [[float(x) for x in row] for row in hidden],
+            [float(x) for x in hidden_bias],
+            [float(x) for x in out],
+            [float(x) for x in linear],
+            threshold,
+        )
+
+
+class Array:
+    """A float32 array read from an ``.npy`` member: its shape and its values, flat, row-major."""
+
+    def __init__(self, shape: tuple[int, ...], values: array.array[float]) -> None:
+        self.shape = shape
+        self.values = values
+
+    def tolist(self) -> list[Any]:
+        if len(self.shape) == 2:
+            n = self.shape[1]
+            return [self.values[i * n : (i + 1) * n].tolist() for i in range(self.shape[0])]
+        return self.values.tolist()
+
+
+def read_npz(path: str) -> dict[str, Array]:
+    """The float32 arrays of an uncompressed or deflated ``.npz``, without numpy and without unpickling.
+
+    Only little-endian float32 C-order arrays are accepted (what ``logsleuth train`` writes).
+    """
+    out: dict[str, Array] = {}
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            data = zf.read(info)
+            if not info.filename.endswith(".npy") or data[:6] != b"\x93NUMPY":
+                raise ValueError(f"{info.filename}: not an .npy array")
+            major = data[6]
+            size_bytes = 2 if major == 1 else 4
+            hlen = int.from_bytes(data[8 : 8 + size_bytes], "little")
+            start = 8 + size_bytes
+            header = ast.literal_eval(data[start : start + hlen].decode("latin1"))  # a dict literal, never code
+            if not isinstance(header, dict) or header.get("descr") != "<f4" or header.get("fortran_order"):
+                raise ValueError(f"{info.filename}: expected little-endian float32 in C order, found {header!r}")
+            shape = tuple(int(d) for d in header["shape"])
+            values = array.array("f")
+            values.frombytes(data[start + hlen :])
+            if sys.byteorder == "big":
+                values.byteswap()
+            if len(values) != math.prod(shape):
+                raise ValueError(f"{info.filename}: {len(values)} values for shape {shape}")
+            out[info.filename[: -len(".npy")]] = Array(shape, values)
+    return out
+
+
+@dataclass
+class Model:
+    """A loaded classifier: weights (dim x labels, long format), bias, idf, and what inference needs to know."""
+
+    labels: list[str]
+    weights: pl.DataFrame  # h, j (label index), w: one row per bucket and label
+    bias: list[float]
+    idf: pl.Series  # per bucket: how rare the feature was in training (common lines weigh little)
+    features: FeatureConfig
+    temperature: float
+    fusion: Fusion
+    meta: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        labels: Sequence[str],
+        weights: Iterable[float],
+        bias: Iterable[float],
+        idf: Iterable[float],
+        features: FeatureConfig,
+        temperature: float,
+        fusion: Fusion,
+        meta: dict[str, Any] | None = None,
+        source: str = "",
+    ) -> Model:
+        """From flat row-major float32 values (the file's arrays, or training's rounded ones)."""
+        w = pl.Series("w", weights, dtype=pl.Float32).cast(pl.Float64)
+        n = len(labels)
+        if w.len() != features.dim * n:
+            raise ModelError(f"{source}: {w.len()} weights do not fit {features.dim} features x {n} labels")
+        index = pl.int_range(0, w.len(), dtype=pl.Int64, eager=True)
+        table = pl.DataFrame({"h": index // n, "j": (index % n).cast(pl.Int32), "w": w})
+        idf_s = pl.Series("idf", idf, dtype=pl.Float32).cast(pl.Float64)
+        bias_l = [float(b) for b in pl.Series(bias, dtype=pl.Float32).to_list()]
+        if idf_s.len() != features.dim or len(bias_l) != n:
+            raise ModelError(f"{source}: bias {len(bias_l)}, idf {idf_s.len()} do not fit {features.dim} features x {n} labels")
+        return cls(list(labels), table, bias_l, idf_s, features, temperature, fusion, meta or {}, source)
+
+
+@dataclass
+class Prediction:
+    """Class probabilities for one job and, per class, the events that push towards it most."""
+
+    probs: dict[str, float]
+    evidence: dict[str, list[int]]
+
+
+class ModelError(Exception):
+    """The model files exist but cannot be used (wrong shape, bad metadata)."""
+
+
+def model_paths(base: str | os.PathLike[str] | None = None) -> tuple[Path, Path]:
+    """(npz, json) for a model given as a folder, a path without suffix, or either file."""
+    path = Path(base) if base is not None else MODELS_DIR / MODEL_NAME
+    if path.is_dir():
+        path = path / MODEL_NAME
+    if path.suffix in (".npz", ".json"):
+        path = path.with_suffix("")
+    return path.with_suffix(".npz"), path.with_suffix(".json")
+
+
+def load(base: str | os.PathLike[str] | None = None) -> Model | None:
+    """The model at ``base`` (default: the shipped one), or None when its files are absent.
+
+    Raises ModelError when the files exist but do not fit together.
+    """
+    npz, meta_path = model_paths(base)
+    if not npz.is_file() or not meta_path.is_file():
+        return None
+    return _load(str(npz), str(meta_path), npz.stat().st_mtime_ns, meta_path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=4)
+def _load(npz: str, meta_path: str, _m1: int, _m2: int) -> Model:
+    """Read and check a model once per file version (the mtimes are part of the cache key)."""
+    try:
+        meta = json.loads(Path(meta_path).read_text(encoding="utf-8"))
+        arrays = read_npz(npz)
+        labels = [str(x) for x in meta["labels"]]
+        cfg = FeatureConfig.from_dict(meta["features"])
+        fusion = Fusion.from_arrays(arrays, float(meta["fusion"]["threshold"]))
+        shapes = {k: arrays[k].shape for k in ("weights", "bias", "idf")}
+        if shapes != {"weights": (cfg.dim, len(labels)), "bias": (len(labels),), "idf": (cfg.dim,)}:
+            raise ModelError(f"{npz}: arrays {shapes} do not fit {cfg.dim} features x {len(labels)} labels")
+        return Model.build(
+            labels,
+            arrays["weights"].values,
+            arrays["bias"].values,
+            arrays["idf"].values,
+            cfg,
+            float(meta["temperature"]),
+            fusion,
+            meta,
+            npz,
+        )
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError, zipfile.BadZipFile) as exc:
+        raise ModelError(f"{npz}: {type(exc).__name__}: {exc}") from None
+
+
+# -- features ---------------------------------------------------------------------------------
+
+
+def stable_hash(text: str) -> int:
+    """CRC-32 of the UTF-8 text: the same on every run and platform (unlike Python's salted hash())."""
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def event_features(events: pl.DataFrame, cfg: FeatureConfig) -> pl.DataFrame:
+    """One row per (event, feature string): masked words and structured-field tokens.
+
+    Identifiers are cut into words (``OutOfMemoryError`` -> out of memory error,
+    ``oom_kill`` -> oom kill) so a wrapper's paraphrase shares words with the
+    original. ``eid`` is the event's row index; the job-level features have eid -1.
+    """
+    if events.is_empty():
+        return pl.DataFrame(schema={"eid": pl.Int64, "feat": pl.String})
+    hosts = sorted({h for h in events.get_column("node").drop_nulls().unique().to_list() if len(h) > 2}, key=len, reverse=True)
+    text = pl.concat_str([pl.col("message").fill_null(""), pl.col("detail").fill_null("")], separator=" ")
+    if hosts:
+        text = text.str.replace_many(hosts, [" <host> "] * len(hosts))
+    for pattern, repl in cfg.masks:
+        text = text.str.replace_all(pattern, repl)
+    text = text.str.replace_all(r"([a-z0-9])([A-Z])", "$1 $2").str.replace_all("_", " ", literal=True)
+    ns = pl.when(pl.col("level").is_in(LOUD)).then(pl.lit("e:")).when(pl.col("kind").is_in(TELLING_INFO)).then(pl.lit("i:"))
+    base = (
+        events.with_row_index("eid")
+        .with_columns(ns.alias("ns"))
+        .filter(pl.col("ns").is_not_null())
+        .select(
+            pl.col("eid").cast(pl.Int64),
+            pl.col("ns"),
+            text.str.to_lowercase().str.extract_all(_TOKEN).list.head(cfg.max_tokens).alias("tok"),
+            pl.col("kind"),
+            pl.col("level"),
+            pl.col("source"),
+            pl.col("exc_type").str.extract(r"([A-Za-z_][\w]*)$").alias("exc"),
+            pl.col("signal"),
+            pl.col("exit_code").clip(-64, 256).cast(pl.String).alias("code"),
+        )
+    )
+    words = base.select("eid", "ns", "tok").explode("tok").drop_nulls("tok")
+    parts = [words.select("eid", (pl.col("ns") + pl.col("tok")).alias("feat"))]
+    for name, expr in (
+        ("kind", pl.col("kind")),
+        ("kindlvl", pl.concat_str([pl.col("kind"), pl.lit(":"), pl.col("level")])),
+        ("src", pl.col("source")),
+        ("exc", pl.col("exc")),
+        ("sig", pl.col("signal")),
+        ("exit", pl.col("code")),
+    ):
+        parts.append(base.select("eid", (pl.lit(f"{name}=") + expr).alias("feat")).drop_nulls("feat"))
+    parts.append(pl.DataFrame({"eid": -1, "feat": job_features(events)}, schema={"eid": pl.Int64, "feat": pl.String}))
+    return pl.concat(parts).unique(maintain_order=True)
+
+
+def job_features(events: pl.DataFrame) -> list[str]:
+    """Facts about the whole job that no single line states: version skew, who failed, barrier counts."""
+    out: list[str] = []
+    kind = pl.col("kind")
+    versions = events.filter(kind == "nccl_version").get_column("version").drop_nulls().n_unique()
+    if versions > 1:
+        out.append("xf:nccl_versions_differ")
+    seqs = events.filter(kind == "watchdog_timeout").get_column("seq").drop_nulls().n_unique()
+    if seqs > 1:
+        out.append("xf:watchdog_seq_differ")
+    failing = events.filter(kind.is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"]))
+    if failing.is_empty():
+        out.append("xf:no_failure_events")
+    n_ranks = failing.get_column("rank").drop_nulls().n_unique()
+    out.append(f"xf:failed_ranks={'0' if n_ranks == 0 else '1' if n_ranks == 1 else '2-3' if n_ranks < 4 else '4+'}")
+    msg = pl.col("message")
+    counts = events.select(
+        msg.str.extract(_BARRIER, 1).cast(pl.Int64, strict=False).alias("world"),
+        msg.str.extract(_BARRIER, 2).cast(pl.Int64, strict=False).alias("joined"),
+    ).drop_nulls()
+    clients = events.select(
+        msg.str.extract(_CLIENTS, 1).cast(pl.Int64, strict=False).alias("joined"),
+        msg.str.extract(_CLIENTS, 2).cast(pl.Int64, strict=False).alias("world"),
+    ).drop_nulls()
+    for world, joined in [*counts.iter_rows(), *((w, j) for j, w in clients.iter_rows())]:
+        out.append("xf:barrier_overfull" if joined > world else "xf:barrier_short" if joined < world else "xf:barrier_full")
+    return sorted(set(out))
+
+
+def hashed(feats: pl.DataFrame, dim: int) -> pl.DataFrame:
+    """Add the feature's bucket (``h``) to an (eid, feat) table (one hash per distinct feature)."""
+    uniq = feats.get_column("feat").unique().sort()
+    table = pl.DataFrame({"feat": uniq, "h": pl.Series([stable_hash(s) % dim for s in uniq.to_list()], dtype=pl.Int64)})
+    return feats.join(table, on="feat", how="left")
+
+
+def job_vector(feats: pl.DataFrame) -> list[int]:
+    """The job's active buckets (unique, sorted): a feature is present or not, whatever its count."""
+    return [int(h) for h in feats.get_column("h").unique().sort().to_list()]
+
+
+def logits(model: Model, buckets: Sequence[int]) -> list[float]:
+    """Raw class scores of one job (before temperature): bias + weights . tf-idf (L2-normalised idf of the active buckets).
+
+    Sums are exact (math.fsum), so the result does not depend on the order polars' threads
+    produce the rows in: training reproduces the same bytes, analysis the same scores.
+    """
+    if not buckets:
+        return list(model.bias)
+    hs = pl.Series("h", buckets, dtype=pl.Int64)
+    v = model.idf.gather(hs)
+    norm = math.sqrt(math.fsum(x * x for x in v.to_list()))
+    active = pl.DataFrame({"h": hs, "v": v / norm if norm > 0 else v})
+    terms = model.weights.join(active, on="h", how="inner").select("j", (pl.col("w") * pl.col("v")).alias("t"))
+    per_label: list[list[float]] = [[] for _ in model.bias]
+    for j, t in zip(terms.get_column("j").to_list(), terms.get_column("t").to_list(), strict=True):  # active buckets x labels
+        per_label[j].append(t)
+    return [b + math.fsum(ts) for b, ts in zip(model.bias, per_label, strict=True)]
+
+
+def softmax(z: Sequence[float]) -> list[float]:
+    top = max(z)
+    e = [math.exp(x - top) for x in z]
+    total = sum(e)
+    return [x / total for x in e]
+
+
+def predict(model: Model, events: pl.DataFrame) -> Prediction:
+    """Calibrated probabilities of every label for the job these events come from."""
+    return predict_from(model, events, hashed(event_features(events, model.features), model.features.dim))
+
+
+def predict_from(model: Model, events: pl.DataFrame, feats: pl.DataFrame) -> Prediction:
+    """``predict`` on features already computed (training and evaluation compute them once per case)."""
+    probs = softmax([z / model.temperature for z in logits(model, job_vector(feats))])
+    return Prediction(dict(zip(model.labels, probs, strict=True)), evidence(model, events, feats))
+
+
+def evidence(model: Model, events: pl.DataFrame, feats: pl.DataFrame, limit: int = 3) -> dict[str, list[int]]:
+    """Per label, the error-level events whose features weigh most towards it, strongest first."""
+    rows = feats.filter(pl.col("eid") >= 0).select("eid", "h").unique()
+    loud = events.with_row_index("eid").filter(pl.col("level").is_in(["error", "fatal"])).get_column("eid").cast(pl.Int64)
+    rows = rows.filter(pl.col("eid").is_in(loud.implode()))
+    if rows.is_empty():
+        return {}
+    hs = rows.get_column("h").unique()
+    idf = pl.DataFrame({"h": hs, "v": model.idf.gather(hs)})
+    per_event = (
+        rows.join(idf, on="h")
+        .join(model.weights, on="h")
+        .group_by("j", "eid")
+        .agg((pl.col("w") * pl.col("v")).sum().alias("c"))
+        .filter(pl.col("c") > 0)
+        .sort(["j", "c", "eid"], descending=[False, True, False])
+        .group_by("j", maintain_order=True)
+        .head(limit)
+    )
+    out: dict[str, list[int]] = {}
+    for (j,), group in per_event.group_by(["j"], maintain_order=True):  # one group per label
+        out[model.labels[int(j)]] = [int(e) for e in group.get_column("eid").to_list()]
+    return out

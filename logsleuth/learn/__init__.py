@@ -1,0 +1,1 @@
+"""Training and evaluation of the classifier (torch and scikit-learn live here, never in the analysis path)."""

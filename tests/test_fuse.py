@@ -1,0 +1,163 @@
+"""Fusion: rules, reasoning and classifier -> one ranked list, calibrated, abstaining when unsure."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from logsleuth import classify, fuse, match, reason, rulebook
+from logsleuth.report.build import build
+
+from .conftest import events_of
+from .data_torchrun import TORCHRUN_VALUEERROR
+
+LABELS = ["cuda_oom", "user_code_error", "peer_failure", "unknown", "none"]
+CASCADE = """
+    [rank2]: ValueError: batch 17 has 3 labels, expected 4
+    [rank0]: torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer
+    [rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:29500
+    srun: error: node01: task 2: Exited with exit code 1
+"""
+UNRULED_CRASH = """
+    [rank1]: Traceback (most recent call last):
+    [rank1]:   File "train.py", line 3, in <module>
+    [rank1]: FrobnicationError: the widget is sad
+    srun: error: node01: task 1: Exited with exit code 1
+"""
+OOM_JOB = """
+    [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.10 GiB
+    srun: error: node01: task 3: Exited with exit code 1
+"""
+
+
+def fusion(
+    threshold: float, signals: tuple[str, ...] = ("rule_confidence", "rule_first", "classifier_logp", "rules_say_none", "rules_say_unknown")
+) -> classify.Fusion:
+    """A fusion that adds up a few signals (no hidden layer)."""
+    n = len(fuse.SIGNALS)
+    linear = [1.0 if name in signals else 0.0 for name in fuse.SIGNALS]
+    return classify.Fusion([[0.0]] * n, [0.0], [0.0], linear, threshold)
+
+
+def model(threshold: float = 0.3) -> classify.Model:
+    """A model whose fusion adds rule confidence, rule rank, classifier log-probability and the rules' none/unknown."""
+    dim = 16
+    return classify.Model.build(
+        LABELS, [0.0] * (dim * len(LABELS)), [0.0] * len(LABELS), [1.0] * dim, classify.FeatureConfig(dim, ()), 1.0, fusion(threshold)
+    )
+
+
+def reasoned(text: str, *, without: str | None = None) -> tuple[pl.DataFrame, reason.Reasoning]:
+    """Events and reasoning of a job; ``without``: a category whose rules are removed (a wording no rule covers)."""
+    rules = rulebook.load()
+    if without:
+        rules = rulebook.RuleSet([r for r in rules.rules if rules.category(r.cause) != without], rules.causes, rules.sources)
+    ev = events_of(text)
+    return ev, reason.reason(ev, match.match(ev, rules), rules)
+
+
+def prediction(probs: dict[str, float], evidence: dict[str, list[int]] | None = None) -> classify.Prediction:
+    rest = (1.0 - sum(probs.values())) / (len(LABELS) - len(probs))
+    return classify.Prediction({label: probs.get(label, rest) for label in LABELS}, evidence or {})
+
+
+def test_without_a_model_the_rules_reasoning_passes_through() -> None:
+    ev, r = reasoned(OOM_JOB)
+    assert fuse.fuse(ev, r, None, None) is r
+
+
+def test_a_confident_classifier_names_a_cause_no_rule_knows_and_shows_its_lines() -> None:
+    ev, r = reasoned(OOM_JOB, without="cuda_oom")
+    assert "cuda_oom" not in {c.category for c in r.candidates}
+    oom_line = ev.with_row_index("eid").filter(pl.col("message").str.contains("out of memory")).get_column("eid")[0]
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}, {"cuda_oom": [oom_line]}), model())
+    lead = out.candidates[0]
+    assert (lead.category, lead.eids, lead.rules) == ("cuda_oom", [oom_line], [])
+    assert out.first_failure["rank"] == 3
+    assert any("learned classifier" in n for n in out.notes)
+    report = build(ev, match.match(ev, rulebook.load()), out, rulebook.load(), [], version="")
+    assert report.verdict.category == "cuda_oom" and "out of memory" in report.verdict.evidence[0].text
+
+
+def test_below_the_threshold_the_verdict_is_unknown_and_the_guesses_still_follow() -> None:
+    ev, r = reasoned(TORCHRUN_VALUEERROR)
+    assert r.candidates[0].category == "user_code_error"
+    flat = prediction({"cuda_oom": 0.22, "user_code_error": 0.21, "peer_failure": 0.2})
+    best, _ = fuse.constrain(fuse.fused_probs(r, flat, model()), r)
+    assert max(best, key=best.__getitem__) == "user_code_error"
+    out = fuse.fuse(ev, r, flat, model(threshold=0.99))
+    cats = [c.category for c in out.candidates]
+    assert cats[0] == "unknown" and cats[1] == "user_code_error" and cats.count("unknown") == 1
+    assert out.candidates[0].confidence == round(1 - best["user_code_error"], 3)
+    assert any("does not decide" in n for n in out.notes)
+    report = build(ev, match.match(ev, rulebook.load()), out, rulebook.load(), [], version="")
+    assert report.verdict.category == "unknown" and [c.category for c in report.candidates][:2] == cats[:2]
+
+
+def test_fused_confidences_are_probabilities_in_rank_order() -> None:
+    ev, r = reasoned(OOM_JOB)
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.5, "user_code_error": 0.3}, {"cuda_oom": [0]}), model(threshold=0.0))
+    conf = [c.confidence for c in out.candidates]
+    assert out.candidates[0].category == "cuda_oom"
+    assert conf == sorted(conf, reverse=True) and all(0.0 <= c <= 1.0 for c in conf)
+    assert abs(sum(fuse.fused_probs(r, prediction({"cuda_oom": 0.5}), model()).values()) - 1) < 1e-9
+
+
+def test_a_classifier_guess_no_error_line_supports_is_not_a_verdict() -> None:
+    ev, r = reasoned(OOM_JOB, without="cuda_oom")
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}), model(threshold=0.0))
+    assert [c.category for c in out.candidates][:2] == ["unknown", "cuda_oom"]
+    assert any("no error line supports it" in n for n in out.notes)
+
+
+def test_a_clean_run_stays_none_when_the_classifier_agrees() -> None:
+    ev, r = reasoned("epoch 3 step 900/1000 | loss 0.41\nTraining completed.\n")
+    assert not r.failed and not r.candidates
+    out = fuse.fuse(ev, r, prediction({"none": 0.8}), model())
+    assert out.candidates[0].category == "none"
+    report = build(ev, match.match(ev, rulebook.load()), out, rulebook.load(), [], version="")
+    assert report.verdict.category == "none"
+
+
+def test_victims_the_reasoner_explained_never_outrank_their_culprit() -> None:
+    # the classifier reads a cascade's words (mostly the victims'), not which rank failed first
+    ev, r = reasoned(CASCADE)
+    assert [(c.category, c.role) for c in r.candidates] == [("user_code_error", "primary"), ("peer_failure", "consequence")]
+    out = fuse.fuse(ev, r, prediction({"peer_failure": 0.9, "user_code_error": 0.05}), model())
+    cats = [c.category for c in out.candidates]
+    assert cats[:2] == ["user_code_error", "peer_failure"]
+    assert out.candidates[0].confidence > 0.5 > out.candidates[1].confidence
+    assert out.first_failure == r.first_failure and out.first_failure["rank"] == 2
+
+
+def test_a_failure_no_rule_explains_is_unknown_not_none() -> None:
+    ev, r = reasoned(UNRULED_CRASH, without="user_code_error")
+    assert r.failed and r.candidates[0].category == "unknown"
+    out = fuse.fuse(ev, r, prediction({"none": 0.9}), model())
+    assert out.candidates[0].category == "unknown" and "none" not in [c.category for c in out.candidates]
+
+
+def test_the_constraint_moves_probability_and_keeps_it_a_distribution() -> None:
+    ev, r = reasoned(CASCADE)
+    probs = fuse.fused_probs(r, prediction({"peer_failure": 0.9}), model())
+    kept, explained = fuse.constrain(probs, r)
+    assert explained == ["peer_failure"] and "peer_failure" not in kept
+    assert kept["user_code_error"] == probs["user_code_error"] + probs["peer_failure"]
+    assert abs(sum(kept.values()) - 1) < 1e-9
+
+
+def test_signals_mark_the_rules_first_candidate_and_their_silence() -> None:
+    ev, r = reasoned(OOM_JOB)
+    s = fuse.signals(r, {"cuda_oom": 1.0}, LABELS)
+    assert [len(row) for row in s] == [len(fuse.SIGNALS)] * len(LABELS)
+    unknown = LABELS.index("unknown")
+    assert s[unknown][fuse.SIGNALS.index("rules_say_unknown")] == (1.0 if r.failed and not r.candidates else 0.0)
+    assert s[LABELS.index("cuda_oom")][fuse.SIGNALS.index("classifier_logp")] == 0.0
+    assert s[LABELS.index("cuda_oom")][fuse.SIGNALS.index("classifier_p")] == 1.0
+
+
+def test_a_model_fitted_for_other_signals_is_refused_and_the_rules_decide(tmp_path) -> None:
+    m = model()
+    m.fusion = classify.Fusion([[0.0]] * 2, [0.0], [0.0], [1.0, 1.0], 0.3)
+    with pytest.raises(classify.ModelError, match="retrain"):
+        fuse.check(m)
