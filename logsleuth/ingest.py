@@ -266,15 +266,15 @@ def _read_stream(
         if not info.problems:
             info.problems.append("empty input (no bytes)")
         return _no_lines()
-    ratio = _control_ratio(first[0][: 64 << 10])
+    ratio = _control_ratio(first[: 64 << 10])
     if ratio > BINARY_RATIO:
         info.problems.append(f"binary file ({ratio:.0%} control bytes in the first 64 KiB); skipped")
         for _ in blocks:  # drain so byte counts for stdin stay honest
             pass
         return _no_lines()
 
-    def work(item: tuple[bytes, int]) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int]:
-        return _filter_block(item[0], item[1], info.file, keep)
+    def work(block: bytes) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int]:
+        return _filter_block(block, info.file, keep)
 
     items = itertools.chain([first], blocks)
     results = _bounded_map(pool, work, items) if pool is not None else map(work, items)
@@ -282,8 +282,9 @@ def _read_stream(
     last = _no_lines()
     n_bad = n_long = 0
     for frame, block_tail, n_lines, bad, long in results:
-        kept.append(frame)
-        last = pl.concat([last, block_tail]).tail(TAIL_LINES)
+        # blocks number their lines from 1; the lines of the blocks before shift them
+        kept.append(_shifted(frame, info.lines))
+        last = pl.concat([last, _shifted(block_tail, info.lines)]).tail(TAIL_LINES)
         info.lines += n_lines
         n_bad += bad
         n_long += long
@@ -293,6 +294,10 @@ def _read_stream(
         info.problems.append(f"{n_bad} line(s) had invalid UTF-8 (replaced with U+FFFD)")
     out = pl.concat([*kept, last] if tail else kept).unique(subset=["line"], keep="first").sort("line")
     return _clean(out)
+
+
+def _shifted(frame: pl.DataFrame, lines_before: int) -> pl.DataFrame:
+    return frame.with_columns(pl.col("line") + lines_before) if lines_before else frame
 
 
 def _bounded_map(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
@@ -318,14 +323,13 @@ def _blocks(
     deadline: float | None,
     *,
     compressed: bool,
-) -> Iterator[tuple[bytes, int]]:
-    """Yield (bytes of whole lines, number of lines before them).
+) -> Iterator[bytes]:
+    """Yield blocks of whole lines.
 
     A line longer than the cut length is kept only up to it; the rest is skipped
     as it streams by, so one giant line cannot exhaust memory.
     """
     carry = b""
-    offset = 0
     skipping = False  # inside a cut line: drop bytes until its newline
     read_total = 0
     limit = MAX_LINE_CHARS * 4 + 4  # bytes: enough for MAX_LINE_CHARS of any UTF-8
@@ -345,19 +349,22 @@ def _blocks(
                 continue
             chunk = chunk[nl:]  # the newline ends the cut line held in carry
             skipping = False
-        buf = carry + chunk
-        cut = buf.rfind(b"\n") + 1
-        whole, carry = buf[:cut], buf[cut:]
+        nl = chunk.rfind(b"\n")
+        if nl < 0:  # no line ends in this chunk: it all continues the carried line
+            whole, carry = b"", carry + chunk
+        else:  # one copy of the chunk at most (none when it ends on a newline and nothing is carried)
+            body = chunk if nl + 1 == len(chunk) else memoryview(chunk)[: nl + 1]
+            whole = carry + body if carry else bytes(body)
+            carry = chunk[nl + 1 :]
         if len(carry) > limit:
             carry = carry[:limit]
             skipping = True
         if whole:
-            yield whole, offset
-            offset += whole.count(b"\n")
+            yield whole
     if info.file == _STDIN:
         info.bytes = read_total
     if carry:
-        yield carry + b"\n", offset
+        yield carry + b"\n"
 
 
 def _read_block(stream: IO[bytes], compressed: bool) -> tuple[bytes, str | None]:
@@ -387,12 +394,15 @@ def _read_block(stream: IO[bytes], compressed: bool) -> tuple[bytes, str | None]
     return b"".join(parts), None
 
 
-def _filter_block(data: bytes, offset: int, name: str, keep: _Keeper) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int]:
-    """Split a block into lines: (kept lines, last lines, line count, bad UTF-8 lines, long lines)."""
+def _filter_block(data: bytes, name: str, keep: _Keeper) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int]:
+    """Split a block into lines: (kept lines, last lines, line count, bad UTF-8 lines, long lines).
+
+    Lines are numbered from 1 within the block (the CSV reader gives one row per newline).
+    """
     if b"\x1f" in data:  # the CSV reader's separator must not occur in the text
         data = data.replace(b"\x1f", b" ")
     table = pl.read_csv(
-        io.BytesIO(data),
+        data,
         has_header=False,
         separator="\x1f",
         quote_char=None,
@@ -406,20 +416,25 @@ def _filter_block(data: bytes, offset: int, name: str, keep: _Keeper) -> tuple[p
         return _no_lines(), _no_lines(), 0, 0, 0
     text = table.get_column("raw").fill_null("")
     n = len(text)
-    n_bad = int(text.str.contains("\ufffd", literal=True).sum())
-    n_long = int((text.str.len_chars() > MAX_LINE_CHARS).sum())
+    n_bad = n_long = 0
+    if not data.isascii():  # most logs are ASCII: no bad bytes, and characters are bytes
+        n_bad = int(text.str.contains("\ufffd", literal=True).sum())
+        long = text.filter(text.str.len_bytes() > MAX_LINE_CHARS)
+        n_long = int((long.str.len_chars() > MAX_LINE_CHARS).sum())
+    else:
+        n_long = int((text.str.len_bytes() > MAX_LINE_CHARS).sum())
     # number only the rows that are kept (few), not every row of the block
     kept = keep.mask(text).arg_true()
     last = pl.int_range(max(0, n - TAIL_LINES), n, dtype=pl.UInt32(), eager=True)
-    return _numbered(text, kept, offset, name), _numbered(text, last, offset, name), n, n_bad, n_long
+    return _numbered(text, kept, name), _numbered(text, last, name), n, n_bad, n_long
 
 
-def _numbered(text: pl.Series, rows: pl.Series, offset: int, name: str) -> pl.DataFrame:
-    """The given rows of a block as (file, line, raw)."""
+def _numbered(text: pl.Series, rows: pl.Series, name: str) -> pl.DataFrame:
+    """The given rows of a block as (file, line from 1, raw)."""
     return pl.DataFrame(
         {
             "file": pl.repeat(name, len(rows), dtype=pl.String(), eager=True),
-            "line": (rows.cast(pl.UInt32) + (offset + 1)).cast(pl.UInt32),
+            "line": (rows.cast(pl.UInt32) + 1).cast(pl.UInt32),
             "raw": text.gather(rows),
         }
     )

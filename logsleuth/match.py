@@ -2,7 +2,8 @@
 
 Every rule becomes one boolean polars expression over the ``message`` column
 (plus its scope filters); all rules are evaluated in a single ``select``, which
-polars runs in parallel and in linear time. A pattern the linear-time engine
+polars runs in parallel and in linear time, once per distinct message (a
+warning every rank repeats a hundred thousand times is matched once). A pattern the linear-time engine
 cannot run (look-around, back-references) falls back to the ``regex`` package
 with a per-line timeout, on the few events its keywords let through.
 """
@@ -73,18 +74,24 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     """
     if events.is_empty() or not rules.rules:
         return pl.DataFrame(schema=HITS_SCHEMA)
+    # rules read the message and their scope columns only: match each distinct combination once
+    keys = ["message", *sorted({column for r in rules.rules for column in r.scope})]
+    distinct = events.select(keys).unique(maintain_order=True)
     fast = [r for r in rules.rules if r.engine == "polars"]
     slow = [r for r in rules.rules if r.engine != "polars"]
     columns: list[pl.DataFrame] = []
     if fast:
-        columns.append(events.select([_rule_expr(r) for r in fast]))
+        columns.append(distinct.select([_rule_expr(r) for r in fast]))
     if slow:
-        columns.append(pl.DataFrame([_python_hits(events, r) for r in slow]))
+        columns.append(pl.DataFrame([_python_hits(distinct, r) for r in slow]))
     table = pl.concat(columns, how="horizontal")
-    # the true cells of the rule columns, as (event, rule index); then the rules' fields by index
-    eids = [table.get_column(r.id).arg_true() for r in rules.rules]
+    # the true cells of the rule columns, as (distinct row, rule index); then events and the rules' fields
+    dids = [table.get_column(r.id).arg_true() for r in rules.rules]
     index = pl.Series("_r", range(len(rules.rules)), dtype=pl.UInt32)
-    which = pl.select(index.repeat_by(pl.Series([len(e) for e in eids], dtype=pl.UInt32)).explode()).to_series()
+    which = pl.select(index.repeat_by(pl.Series([len(e) for e in dids], dtype=pl.UInt32)).explode()).to_series()
+    rows = events.select(keys).with_row_index("eid").join(
+        distinct.with_row_index("_d"), on=keys, how="inner", nulls_equal=True
+    ).select("eid", "_d")
     meta = pl.DataFrame(
         {
             "_r": index,
@@ -96,7 +103,8 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
         }
     )
     hits = (
-        pl.DataFrame({"eid": pl.concat(eids).cast(pl.UInt32), "_r": which})
+        pl.DataFrame({"_d": pl.concat(dids).cast(pl.UInt32), "_r": which})
+        .join(rows, on="_d", how="inner")
         .join(meta, on="_r", how="left")
         .select(list(HITS_SCHEMA))
         .sort("eid", "rule")

@@ -69,8 +69,20 @@ def redact_expr(expr: pl.Expr) -> pl.Expr:
 
 
 def redact_frame(df: pl.DataFrame, columns: tuple[str, ...] = ("message", "raw", "detail")) -> pl.DataFrame:
-    """Redact the text columns of an event table."""
-    return df.with_columns(redact_expr(pl.col(c)).alias(c) for c in columns if c in df.columns)
+    """Redact the text columns of an event table.
+
+    Each distinct text is redacted once and only changed texts are replaced:
+    big jobs repeat the same lines from every rank, and the fourteen patterns
+    cost more than the lookup.
+    """
+    changes = []
+    for c in (c for c in columns if c in df.columns):
+        distinct = df.get_column(c).drop_nulls().unique()
+        clean = distinct.to_frame().select(redact_expr(pl.col(c))).to_series()
+        changed = distinct != clean
+        if changed.any():
+            changes.append(pl.col(c).replace(distinct.filter(changed), clean.filter(changed)))
+    return df.with_columns(changes) if changes else df
 
 
 def redact_all(value: T) -> T:

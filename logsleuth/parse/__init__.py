@@ -12,6 +12,7 @@ import polars as pl
 from logsleuth import events
 
 from . import nccl, prefixes, python, slurm, torch
+from .common import matching
 
 #: Literal strings that make a raw line worth parsing (the ingest prefilter).
 #: Rules add their own keywords; these are what the parsers themselves need.
@@ -144,9 +145,9 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     df = python.annotate_exceptions(df)
     msg = pl.col("msg")
     level = (
-        pl.when(msg.str.contains(_ERRORISH))
+        pl.when(matching(df, pattern=_ERRORISH))
         .then(pl.lit("error"))
-        .when(msg.str.contains(_WARNISH))
+        .when(matching(df, pattern=_WARNISH))
         .then(pl.lit("warning"))
         .otherwise(pl.lit("info"))
     )

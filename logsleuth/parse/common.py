@@ -62,18 +62,36 @@ def integer(text: pl.Expr, pattern: str, group: int = 1) -> pl.Expr:
     return field(text, pattern, group).cast(pl.Int64, strict=False)
 
 
-def on_rows_with(df: pl.DataFrame, triggers: tuple[str, ...], annotate: Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
-    """Run ``annotate`` only on rows whose message contains one of ``triggers``.
+def on_rows_with(
+    df: pl.DataFrame, triggers: tuple[str, ...], annotate: Callable[[pl.DataFrame], pl.DataFrame], *, pattern: str | None = None
+) -> pl.DataFrame:
+    """Run ``annotate`` only on rows whose message contains one of ``triggers`` (or matches ``pattern``).
 
     A parser's expressions are evaluated on every row they are given (polars
     computes both branches of ``when``), so each parser names the literals its
     lines always contain and sees only those rows. Row order is not kept; the
     event table is sorted at the end.
     """
-    mask = df.get_column("msg").str.contains_any(list(triggers))
+    mask = matching(df, triggers, pattern)
     if not mask.any():
         return df
     return pl.concat([df.filter(~mask), annotate(df.filter(mask))], how="diagonal_relaxed")
+
+
+def matching(df: pl.DataFrame, literals: tuple[str, ...] = (), pattern: str | None = None) -> pl.Series:
+    """Rows whose ``msg`` contains one of ``literals`` or matches ``pattern``, each distinct message tested once.
+
+    Every rank of a big job repeats the same warnings: hashing a hundred thousand
+    copies is cheaper than scanning each with a few hundred literals.
+    """
+    msg = df.get_column("msg")
+    distinct = msg.unique()
+    hit = pl.Series([False] * len(distinct), dtype=pl.Boolean)
+    if literals:
+        hit = hit | distinct.str.contains_any(list(literals)).fill_null(False)
+    if pattern is not None:
+        hit = hit | distinct.str.contains(pattern).fill_null(False)
+    return msg.is_in(distinct.filter(hit).implode()).fill_null(False)
 
 
 def streams_with(df: pl.DataFrame, pattern: str) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -81,6 +99,6 @@ def streams_with(df: pl.DataFrame, pattern: str) -> tuple[pl.DataFrame, pl.DataF
 
     Folding works per stream; streams without a block header have nothing to fold.
     """
-    hit = df.filter(pl.col("msg").str.contains(pattern)).get_column("stream").unique()
+    hit = df.filter(matching(df, pattern=pattern)).get_column("stream").unique()
     inside = pl.col("stream").is_in(hit.implode())
     return df.filter(inside), df.filter(~inside)

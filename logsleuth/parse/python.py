@@ -14,7 +14,7 @@ import re
 
 import polars as pl
 
-from .common import claim, streams_with
+from .common import claim, on_rows_with, streams_with
 
 HEADER = "Traceback (most recent call last):"
 _FRAME = r'^\s+File "([^"]+)", line (\d+)(?:, in (.+))?'
@@ -130,6 +130,10 @@ _ERROR_FILE_MESSAGE = r'^\s*"message": "(.*?)",?\s*$'
 
 def annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
     """Exception lines outside a traceback (a logged error, torchrun's summary, its error-file JSON)."""
+    return on_rows_with(df, (), _annotate_exceptions, pattern=f"(?:{EXCEPTION})|(?:{_ERROR_FILE_MESSAGE})")
+
+
+def _annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
     msg = pl.col("msg")
     inner = msg.str.extract(_ERROR_FILE_MESSAGE, 1).str.replace_all(r"\"", '"', literal=True)
     df = claim(
