@@ -42,6 +42,8 @@ if not MODELS_DIR.is_dir():
 MODEL_NAME = "classifier"
 #: Event levels whose words are features ("e:" namespace).
 LOUD = ("error", "fatal", "warning")
+#: Levels of the events a verdict may show as the classifier's evidence.
+EVIDENCE_LEVELS = ("error", "fatal")
 #: Info-level kinds whose words are features too ("i:"): how NCCL was set up, not training chatter.
 TELLING_INFO = ("nccl_net", "nccl_env", "nccl_version", "nccl_init")
 _TOKEN = r"<[a-z0-9]+>|[a-z][a-z0-9]+"
@@ -260,21 +262,22 @@ def event_features(events: pl.DataFrame, cfg: FeatureConfig) -> pl.DataFrame:
         text = text.str.replace_all(pattern, repl)
     text = text.str.replace_all(r"([a-z0-9])([A-Z])", "$1 $2").str.replace_all("_", " ", literal=True)
     ns = pl.when(pl.col("level").is_in(LOUD)).then(pl.lit("e:")).when(pl.col("kind").is_in(TELLING_INFO)).then(pl.lit("i:"))
-    base = (
-        events.with_row_index("eid")
-        .with_columns(ns.alias("ns"))
-        .filter(pl.col("ns").is_not_null())
-        .select(
-            pl.col("eid").cast(pl.Int64),
-            pl.col("ns"),
-            text.str.to_lowercase().str.extract_all(_TOKEN).list.head(cfg.max_tokens).alias("tok"),
-            pl.col("kind"),
-            pl.col("level"),
-            pl.col("source"),
-            pl.col("exc_type").str.extract(r"([A-Za-z_][\w]*)$").alias("exc"),
-            pl.col("signal"),
-            pl.col("exit_code").clip(-64, 256).cast(pl.String).alias("code"),
-        )
+    # Only error-level events are shown as evidence; of the others (warnings every rank repeats,
+    # NCCL set-up) the first of each identical event carries all the words the job vector needs.
+    said = ["ns", "message", "detail", "kind", "level", "source", "exc_type", "signal", "exit_code"]
+    told = events.with_row_index("eid").with_columns(ns.alias("ns")).filter(pl.col("ns").is_not_null())
+    shown = pl.col("level").is_in(EVIDENCE_LEVELS)
+    told = pl.concat([told.filter(shown), told.filter(~shown).unique(subset=said, keep="first", maintain_order=True)])
+    base = told.select(
+        pl.col("eid").cast(pl.Int64),
+        pl.col("ns"),
+        text.str.to_lowercase().str.extract_all(_TOKEN).list.head(cfg.max_tokens).alias("tok"),
+        pl.col("kind"),
+        pl.col("level"),
+        pl.col("source"),
+        pl.col("exc_type").str.extract(r"([A-Za-z_][\w]*)$").alias("exc"),
+        pl.col("signal"),
+        pl.col("exit_code").clip(-64, 256).cast(pl.String).alias("code"),
     )
     words = base.select("eid", "ns", "tok").explode("tok").drop_nulls("tok")
     parts = [words.select("eid", (pl.col("ns") + pl.col("tok")).alias("feat"))]
@@ -372,18 +375,25 @@ def predict_from(model: Model, events: pl.DataFrame, feats: pl.DataFrame) -> Pre
 def evidence(model: Model, events: pl.DataFrame, feats: pl.DataFrame, limit: int = 3) -> dict[str, list[int]]:
     """Per label, the error-level events whose features weigh most towards it, strongest first."""
     rows = feats.filter(pl.col("eid") >= 0).select("eid", "h").unique()
-    loud = events.with_row_index("eid").filter(pl.col("level").is_in(["error", "fatal"])).get_column("eid").cast(pl.Int64)
+    loud = events.with_row_index("eid").filter(pl.col("level").is_in(EVIDENCE_LEVELS)).get_column("eid").cast(pl.Int64)
     rows = rows.filter(pl.col("eid").is_in(loud.implode()))
     if rows.is_empty():
         return {}
     hs = rows.get_column("h").unique()
     idf = pl.DataFrame({"h": hs, "v": model.idf.gather(hs)})
-    per_event = (
-        rows.join(idf, on="h")
+    # events with the same buckets score the same (every rank's copy of one timeout): score each set once
+    sets = rows.group_by("eid").agg(pl.col("h").sort().cast(pl.String).str.join(",").alias("key"))
+    keys = sets.select(pl.col("key").unique().sort()).with_row_index("g")
+    members = keys.select("g", pl.col("key").str.split(",").cast(pl.List(pl.Int64)).alias("h")).explode("h")
+    scored = (
+        members.join(idf, on="h")
         .join(model.weights, on="h")
-        .group_by("j", "eid")
+        .group_by("j", "g")
         .agg((pl.col("w") * pl.col("v")).sum().alias("c"))
         .filter(pl.col("c") > 0)
+    )
+    per_event = (
+        scored.join(sets.join(keys, on="key").select("g", "eid"), on="g")
         .sort(["j", "c", "eid"], descending=[False, True, False])
         .group_by("j", maintain_order=True)
         .head(limit)

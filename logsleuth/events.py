@@ -71,3 +71,19 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
         else:
             exprs.append(pl.lit(None, dtype=dtype).alias(name))
     return df.select(exprs)
+
+
+def matching(df: pl.DataFrame, literals: tuple[str, ...] = (), pattern: str | None = None, *, column: str = "message") -> pl.Series:
+    """Rows whose ``column`` contains one of ``literals`` or matches ``pattern``, each distinct message tested once.
+
+    Every rank of a big job repeats the same warnings: hashing a hundred thousand
+    copies is cheaper than scanning each with a few hundred literals.
+    """
+    msg = df.get_column(column)
+    distinct = msg.unique()
+    hit = pl.Series([False] * len(distinct), dtype=pl.Boolean)
+    if literals:
+        hit = hit | distinct.str.contains_any(list(literals)).fill_null(False)
+    if pattern is not None:
+        hit = hit | distinct.str.contains(pattern).fill_null(False)
+    return msg.is_in(distinct.filter(hit).implode()).fill_null(False)

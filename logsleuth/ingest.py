@@ -150,7 +150,7 @@ def ingest(
     """
     keep = _Keeper(tuple(dict.fromkeys(k for k in keywords if k)))
     todo = [info for info in inputs if not info.problems]
-    workers = workers or min(4, os.cpu_count() or 1)
+    workers = workers or min(4, (os.cpu_count() or 1) + 1)  # one more than cores: a worker waiting on the GIL leaves a core idle
     frames: list[pl.DataFrame] = []
     if todo:
         with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -89,9 +89,12 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     dids = [table.get_column(r.id).arg_true() for r in rules.rules]
     index = pl.Series("_r", range(len(rules.rules)), dtype=pl.UInt32)
     which = pl.select(index.repeat_by(pl.Series([len(e) for e in dids], dtype=pl.UInt32)).explode()).to_series()
-    rows = events.select(keys).with_row_index("eid").join(
-        distinct.with_row_index("_d"), on=keys, how="inner", nulls_equal=True
-    ).select("eid", "_d")
+    rows = (
+        events.select(keys)
+        .with_row_index("eid")
+        .join(distinct.with_row_index("_d"), on=keys, how="inner", nulls_equal=True)
+        .select("eid", "_d")
+    )
     meta = pl.DataFrame(
         {
             "_r": index,

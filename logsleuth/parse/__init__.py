@@ -10,9 +10,9 @@ from __future__ import annotations
 import polars as pl
 
 from logsleuth import events
+from logsleuth.events import matching
 
 from . import nccl, prefixes, python, slurm, torch
-from .common import matching
 
 #: Literal strings that make a raw line worth parsing (the ingest prefilter).
 #: Rules add their own keywords; these are what the parsers themselves need.
@@ -145,9 +145,9 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     df = python.annotate_exceptions(df)
     msg = pl.col("msg")
     level = (
-        pl.when(matching(df, pattern=_ERRORISH))
+        pl.when(matching(df, pattern=_ERRORISH, column="msg"))
         .then(pl.lit("error"))
-        .when(matching(df, pattern=_WARNISH))
+        .when(matching(df, pattern=_WARNISH, column="msg"))
         .then(pl.lit("warning"))
         .otherwise(pl.lit("info"))
     )

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 
 import polars as pl
 
+from logsleuth.events import matching
+
 #: strsignal() text (what srun prints) -> signal name.
 STRSIGNAL = {
     "Hangup": "SIGHUP",
@@ -72,26 +74,10 @@ def on_rows_with(
     lines always contain and sees only those rows. Row order is not kept; the
     event table is sorted at the end.
     """
-    mask = matching(df, triggers, pattern)
+    mask = matching(df, triggers, pattern, column="msg")
     if not mask.any():
         return df
     return pl.concat([df.filter(~mask), annotate(df.filter(mask))], how="diagonal_relaxed")
-
-
-def matching(df: pl.DataFrame, literals: tuple[str, ...] = (), pattern: str | None = None) -> pl.Series:
-    """Rows whose ``msg`` contains one of ``literals`` or matches ``pattern``, each distinct message tested once.
-
-    Every rank of a big job repeats the same warnings: hashing a hundred thousand
-    copies is cheaper than scanning each with a few hundred literals.
-    """
-    msg = df.get_column("msg")
-    distinct = msg.unique()
-    hit = pl.Series([False] * len(distinct), dtype=pl.Boolean)
-    if literals:
-        hit = hit | distinct.str.contains_any(list(literals)).fill_null(False)
-    if pattern is not None:
-        hit = hit | distinct.str.contains(pattern).fill_null(False)
-    return msg.is_in(distinct.filter(hit).implode()).fill_null(False)
 
 
 def streams_with(df: pl.DataFrame, pattern: str) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -99,6 +85,6 @@ def streams_with(df: pl.DataFrame, pattern: str) -> tuple[pl.DataFrame, pl.DataF
 
     Folding works per stream; streams without a block header have nothing to fold.
     """
-    hit = df.filter(matching(df, pattern=pattern)).get_column("stream").unique()
+    hit = df.filter(matching(df, pattern=pattern, column="msg")).get_column("stream").unique()
     inside = pl.col("stream").is_in(hit.implode())
     return df.filter(inside), df.filter(~inside)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from logsleuth.events import matching
+
 _ADDR = r"Using (?:\[\d+\])?([\w.-]+):([0-9a-fA-F.:%\w-]+?)<"
 _BAD_IFACE = r"^(?:docker\d*|virbr\d*|lo|veth\w*|br-\w+|cni\d*|podman\d*|flannel\S*|tailscale\d*)$"
 _BAD_ADDR = r"^(?:172\.17\.|127\.|169\.254\.|::1$|fe80:)"
@@ -51,7 +53,9 @@ def check(events: pl.DataFrame) -> list[Finding]:
         0.7,
     )
     out += _disagree(
-        ev.filter(msg.str.contains(r"cudaDriverVersion \d+")).with_columns(msg.str.extract(r"cudaDriverVersion (\d+)", 1).alias("value")),
+        ev.filter(matching(ev, pattern=r"cudaDriverVersion \d+")).with_columns(
+            msg.str.extract(r"cudaDriverVersion (\d+)", 1).alias("value")
+        ),
         "CUDA driver version",
         "version_mismatch",
         0.6,
@@ -73,7 +77,7 @@ def _nccl_says_mismatch(ev: pl.DataFrame) -> list[Finding]:
     run is the odd one, and the ranks that run it are named by the others.
     """
     msg = pl.col("message")
-    warns = ev.filter(msg.str.contains(_MISMATCH_WARN))
+    warns = ev.filter(matching(ev, pattern=_MISMATCH_WARN))
     if warns.is_empty():
         return []
     pairs = (
@@ -206,7 +210,7 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
                 break
             if out:
                 break
-    fallback = ev.filter(msg.str.contains(_LOOPBACK_FALLBACK))
+    fallback = ev.filter(matching(ev, pattern=_LOOPBACK_FALLBACK))
     if not fallback.is_empty() and not out:
         nodes, ranks = _units_ranks(fallback)
         out.append(

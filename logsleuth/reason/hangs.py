@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from logsleuth.events import matching
+
 _PG = r"\[PG (?:ID )?(\d+)"
 _STATUS = (
     r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work):? (\d+),? (?:PG status: )?"
@@ -193,9 +195,9 @@ def _named_missing(ev: pl.DataFrame) -> set[int]:
     """Ranks other ranks name as missing: monitored_barrier's report, and the per-rank store
     keys a timed-out wait was still waiting for (agreed on by every waiter that lists keys)."""
     msg = pl.col("message")
-    barrier = ev.filter(msg.str.contains(_MISSED_BARRIER)).select(msg.str.extract_all(r"Rank (\d+) failed").alias("m")).explode("m")
+    barrier = ev.filter(matching(ev, pattern=_MISSED_BARRIER)).select(msg.str.extract_all(r"Rank (\d+) failed").alias("m")).explode("m")
     named = {int(r) for r in barrier.get_column("m").str.extract(r"(\d+)", 1).cast(pl.Int64).drop_nulls().to_list()}
-    waits = ev.filter(msg.str.contains(_STORE_WAIT)).select(msg.str.extract(_STORE_WAIT, 1).alias("keys"))
+    waits = ev.filter(matching(ev, pattern=_STORE_WAIT)).select(msg.str.extract(_STORE_WAIT, 1).alias("keys"))
     if waits.height:
         per_wait = waits.get_column("keys").str.split(", ").list.eval(pl.element().str.extract(r"/(\d+)$", 1).cast(pl.Int64))
         sets = [frozenset(x for x in keys if x is not None) for keys in per_wait.to_list()]  # one per wait line: few
@@ -251,7 +253,7 @@ def fingerprints(ev: pl.DataFrame) -> tuple[list[int], str] | None:
     (``Rank 2 is running collective: CollectiveFingerPrint(...), but Rank 3 is running ...``).
     Ranks grouped by fingerprint: the smaller group is the odd one out. None without such lines."""
     msg = pl.col("message")
-    lines = ev.filter(msg.str.contains("is running (?:inconsistent )?collective: "))
+    lines = ev.filter(matching(ev, pattern="is running (?:inconsistent )?collective: "))
     if lines.is_empty():
         return None
     said = pl.concat(

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from logsleuth.events import matching
 from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
 from logsleuth.rulebook import RuleSet
 
@@ -487,7 +488,7 @@ def _refine(
 
 def _mismatch_candidate(ev: pl.DataFrame, rules: RuleSet, odd: list[int], why: str) -> Candidate:
     """collective_mismatch from the ranks' own collective fingerprints, when no rule named it."""
-    lines = ev.filter(pl.col("message").str.contains("is running (?:inconsistent )?collective: ")).sort("pos")
+    lines = ev.filter(matching(ev, pattern="is running (?:inconsistent )?collective: ")).sort("pos")
     first_odd = lines.filter(pl.col("rank").is_in(odd))
     eids = [int(e) for e in pl.concat([first_odd, lines]).get_column("eid").unique(maintain_order=True).to_list()]
     return Candidate(
