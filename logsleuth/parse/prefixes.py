@@ -57,12 +57,19 @@ def _split(lines: pl.DataFrame) -> pl.DataFrame:
     Capturing 17 groups per line is the slow path of the regex engine; finding
     the span of the prefixes is the fast one, and a job has few distinct
     prefixes (srun labels x ranks), so the captures run once per distinct span.
+    Every rank repeats its lines, so the span is found once per distinct line.
     """
     span = pl.col("raw").str.extract(_SPAN, 1).fill_null("")
-    spans = lines.select(span.alias("_span"), pl.col("raw").str.slice(span.str.len_chars()).alias("msg"))
+    spans = lines.select(pl.col("raw").unique()).select(
+        "raw", span.alias("_span"), pl.col("raw").str.slice(span.str.len_chars()).alias("msg")
+    )
     distinct = spans.select(pl.col("_span").unique())
     fields = distinct.with_columns(pl.col("_span").str.extract_groups(_LAYERS).alias("_p")).unnest("_p")
-    return pl.concat([lines, spans], how="horizontal").join(fields, on="_span", how="left", maintain_order="left").drop("_span")
+    return (
+        lines.join(spans, on="raw", how="left", maintain_order="left")
+        .join(fields, on="_span", how="left", maintain_order="left")
+        .drop("_span")
+    )
 
 
 def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
