@@ -101,16 +101,18 @@ def write_job(path: Path, size_bytes: int, ranks: int = 64, seed: int = 7) -> Pa
         out.write("\n".join(init_lines(ranks, rng)) + "\n")
         written = out.tell()
         batch: list[str] = []
+        pending = 0  # bytes in batch, newlines included
         for line in training_lines(ranks, rng):
-            if written >= size_bytes:
+            if written + pending >= size_bytes:
                 break
             batch.append(line)
+            pending += len(line) + 1
             if len(batch) == 20000:
-                text = "\n".join(batch) + "\n"
-                out.write(text)
-                written += len(text)
+                out.write("\n".join(batch) + "\n")
+                written += pending
                 batch.clear()
-        if batch and written < size_bytes:
+                pending = 0
+        if batch:
             out.write("\n".join(batch) + "\n")
         out.write("\n".join(cascade_lines(ranks, culprit)) + "\n")
     return path

@@ -184,7 +184,7 @@ class _Keeper:
     """The prefilter: which raw lines are worth parsing.
 
     The keywords become one alternation of escaped literals for polars' Rust
-    regex engine, which runs it about 40% faster than ``contains_any``'s
+    regex engine, which runs it about a third faster than ``contains_any``'s
     Aho-Corasick on a few hundred literals (benchmarks/README.md). A keyword
     that contains another is dropped: the shorter one already keeps its lines.
     """
