@@ -401,12 +401,13 @@ def _filter_block(data: bytes, name: str, keep: _Keeper) -> tuple[pl.DataFrame, 
     """
     if b"\x1f" in data:  # the CSV reader's separator must not occur in the text
         data = data.replace(b"\x1f", b" ")
+    ascii_only = data.isascii()  # most logs: valid UTF-8 for sure, and characters are bytes
     table = pl.read_csv(
         data,
         has_header=False,
         separator="\x1f",
         quote_char=None,
-        encoding="utf8-lossy",
+        encoding="utf8" if ascii_only else "utf8-lossy",  # the strict reader is twice as fast
         infer_schema=False,
         truncate_ragged_lines=True,
         new_columns=["raw"],
@@ -417,7 +418,7 @@ def _filter_block(data: bytes, name: str, keep: _Keeper) -> tuple[pl.DataFrame, 
     text = table.get_column("raw").fill_null("")
     n = len(text)
     n_bad = n_long = 0
-    if not data.isascii():  # most logs are ASCII: no bad bytes, and characters are bytes
+    if not ascii_only:
         n_bad = int(text.str.contains("\ufffd", literal=True).sum())
         long = text.filter(text.str.len_bytes() > MAX_LINE_CHARS)
         n_long = int((long.str.len_chars() > MAX_LINE_CHARS).sum())

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.label or not args.variant:
         ap.error("--label and --variant (or --all / --list) are required")
     if args.label not in VARIANTS or args.variant not in VARIANTS[args.label]:
-        ap.error(f"unknown label/variant; see --list")
+        ap.error("unknown label/variant; see --list")
     print(write(args.out, args.label, args.variant, args.seed))
     return 0
 

@@ -15,7 +15,6 @@ from casegen_job import (
     Job,
     Proc,
     agent_log,
-    child_failed_table,
     cpp_log,
     dist_exc,
     excepthook,
@@ -31,7 +30,7 @@ from casegen_job import (
     traceback_lines,
     user_frames,
 )
-from casegen_story import SIGNAL_TEXT, Story, Truth, watchdog_block
+from casegen_story import Story, Truth, watchdog_block
 
 Scenario = Callable[[Job, Story], Truth]
 #: label -> variant -> (scenario, job attributes the variant needs)
@@ -100,7 +99,7 @@ def _bind_text(job: Job, port: int) -> tuple[list[str], str]:
     v6 = f"The server socket has failed to listen on [::]:{port} (errno: 98 - Address already in use)."
     v4 = f"The server socket has failed to bind to 0.0.0.0:{port} (errno: 98 - Address already in use)."
     if job.rng.random() < 0.3:
-        v4 = f"The server socket has failed to bind to ?UNKNOWN? (errno: 98 - Address already in use)."
+        v4 = "The server socket has failed to bind to ?UNKNOWN? (errno: 98 - Address already in use)."
     warns = [v6, v4]
     return warns, f"{dist_exc(job, 'network')}: The server socket has failed to listen on any local network address. {v6} {v4}"
 
@@ -309,7 +308,7 @@ def _barrier_wait(job: Job, p: Proc, world: int, joined: int) -> list[str]:
 def rt_barrier_old(job: Job, s: Story) -> Truth:
     s.begin(init=False)
     world = job.world * job.rng.choice((2, 4))
-    arrived = [p for p in job.procs]
+    arrived = list(job.procs)
     first = arrived[0]
     for p in arrived[1:]:
         job.out(p, _barrier_wait(job, p, world, job.world), s.t + p.rank * 0.01, "noise")
@@ -447,7 +446,7 @@ def nwi_listening(job: Job, s: Story) -> Truth:
 @variant("nccl_wrong_interface", "gloo-interface")
 def nwi_gloo(job: Job, s: Story) -> Truth:
     s.begin(init=False)
-    p = job.pick()
+    job.pick()  # draws from the seeded RNG like every scenario
     iface = job.rng.choice(("eth1", "ib0", "ens3f1", "enp94s0"))
     msg = job.rng.choice((f"Unable to find address for: {iface}", f"Unable to find interface for: {iface}"))
     frames = user_frames(job) + [
@@ -1364,7 +1363,7 @@ def ce_watchdog(job: Job, s: Story) -> Truth:
     r = job.rng
     head = cpp_log(job, p, s.t, "E", f"ProcessGroupNCCL.cpp:{r.choice((1418, 1530))}")
     body = [head + f"{pg_tag(job, p)} Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered", *_cuda_hint(job).splitlines(), "",
-            f"Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43 (most recent call first):",
+            "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43 (most recent call first):",
             f"frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 ({_hex(job)} in {job.site_packages}/torch/lib/libc10.so)",
             f"frame #1: c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool) + 0x118 ({_hex(job)} in {job.site_packages}/torch/lib/libc10_cuda.so)",
             f"frame #2: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const + 0x56 ({_hex(job)} in {job.site_packages}/torch/lib/libtorch_cuda.so)",
@@ -1456,7 +1455,7 @@ def _windows_job(job: Job) -> None:
     job.layout, job.launcher, job.slurm, job.tee = "console", "torchrun", None, False
     job.nodes[:] = [job.nodes[0]]
     job.procs[:] = job.procs[: min(2, len(job.procs))]
-    job.site = "C:\\Users\\{0}\\miniconda3\\envs\\train\\lib\\site-packages".format(job.user)
+    job.site = f"C:\\Users\\{job.user}\\miniconda3\\envs\\train\\lib\\site-packages"
 
 
 @variant("backend_unavailable", "no-nccl-windows")
@@ -1680,7 +1679,7 @@ def nf_srun(job: Job, s: Story) -> Truth:
     ni = len(job.nodes) - 1
     s.t += job.rng.uniform(600, 20000)
     job.out("slurm", [f"srun: error: Node failure on {job.nodes[ni]}", "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
-                      f"srun: error: Timed out waiting for job step to complete" if job.rng.random() < 0.4 else f"srun: error: {job.nodes[0]}: tasks 0-{max(0, job.gpus - 1)}: Killed"], s.t, "cause")
+                      "srun: error: Timed out waiting for job step to complete" if job.rng.random() < 0.4 else f"srun: error: {job.nodes[0]}: tasks 0-{max(0, job.gpus - 1)}: Killed"], s.t, "cause")
     victims = [p for p in job.procs if p.node_index != ni]
     if victims and job.rng.random() < 0.6:
         s._peer_victims(job.proc(job.world - 1), victims, s.t - 5)
@@ -1796,7 +1795,7 @@ def _user_exc(job: Job) -> tuple[list[tuple[str, int, str, str]], str]:
         (_model_frames(job), f"RuntimeError: mat1 and mat2 shapes cannot be multiplied ({r.randint(8, 512)}x{r.choice((768, 1024, 2048))} and {r.choice((512, 4096))}x{r.randint(10, 1000)})"),
         ([(f"{job.workdir}/{job.script}", r.randint(80, 300), "train_step", "assert not torch.isnan(loss), f\"loss is NaN at step {step}\"")], f"AssertionError: loss is NaN at step {r.randint(100, 90000)}"),
         ([(data, r.randint(20, 90), "__init__", "with open(self.index_file) as f:")], f"FileNotFoundError: [Errno 2] No such file or directory: '/data/{job.project}/{r.choice(('train_index.json', 'val.csv', 'shards/train-00017.tar'))}'"),
-        (_model_frames(job), "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:{0} and cpu!".format(r.randint(0, 7))),
+        (_model_frames(job), f"RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:{r.randint(0, 7)} and cpu!"),
         ([(f"{job.workdir}/{job.script}", r.randint(80, 300), "evaluate", "acc = correct / total")], "ZeroDivisionError: division by zero"),
         ([(data, r.randint(20, 90), "collate_fn", "batch = torch.stack([b['pixel_values'] for b in batch])")], f"RuntimeError: stack expects each tensor to be equal size, but got [3, 224, 224] at entry 0 and [3, {r.choice((160, 256, 299))}, 224] at entry {r.randint(1, 31)}"),
         ([(f"{job.workdir}/{job.script}", r.randint(80, 300), "log_metrics", "wandb.log({'lr': scheduler.get_lr()[0], **metrics})")], "TypeError: 'NoneType' object is not subscriptable"),

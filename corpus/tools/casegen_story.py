@@ -301,7 +301,7 @@ class Story:
                     job.out(p, [f"{p.node}:{p.pid}:{p.tid} [{p.local}] NCCL INFO comm 0x{r.getrandbits(40):x} rank {p.rank} nranks {job.world} cudaDev {p.local} busId {r.choice(('1b000', '4d000'))} - Abort COMPLETE"], self.t + 3.1, "scary")
         if job.launcher in ("torchrun", "srun-torchrun") and r.random() < 0.4:
             for ni in range(len(job.nodes)):
-                job.out(f"agent:{ni}", [agent_log(job, self.t + 5, "I", "agent/server/api.py:" + str(r.choice((709, 722, 874))), f"[default] worker group successfully finished. Waiting 300 seconds for other agents to finish.", 2900 + ni)], self.t + 5, "noise")
+                job.out(f"agent:{ni}", [agent_log(job, self.t + 5, "I", "agent/server/api.py:" + str(r.choice((709, 722, 874))), "[default] worker group successfully finished. Waiting 300 seconds for other agents to finish.", 2900 + ni)], self.t + 5, "noise")
         return Truth()
 
 

@@ -125,7 +125,7 @@ def load_batch(step: int, rank: int, args, records: dict):
             label = "n/a"
             raise ValueError(f"could not convert label {label!r} of sample {sample_id} to float")
         if args.fault == "key_error":
-            return records["shard_%d" % (rank + 7)]
+            return records[f"shard_{rank + 7}"]
         if args.fault == "assertion":
             seq_len = 513
             assert seq_len <= 512, f"sample {sample_id} has length {seq_len} > max_len 512"
@@ -246,7 +246,7 @@ def main(argv=None):
         model = model.to(f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    records = {"shard_%d" % r: r for r in range(world)}
+    records = {f"shard_{r}": r for r in range(world)}
 
     loader_iter = None
     if args.fault == "shm":
@@ -256,7 +256,7 @@ def main(argv=None):
 
     if args.fault == "harmless":
         warnings.warn("The epoch parameter in `scheduler.step()` was not necessary and is being deprecated",
-                      UserWarning)
+                      UserWarning, stacklevel=1)
         if rank == 0:
             for attempt in (1, 2):
                 try:

@@ -43,7 +43,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
@@ -445,7 +444,7 @@ def build_scenarios():
           notes="the user scancels a running job (torchrun under srun)"))
 
     # ---- clean runs --------------------------------------------------------------------------
-    clean = dict(fault_rank=None, fault_node=None, group="inject:none")
+    clean = {"fault_rank": None, "fault_node": None, "group": "inject:none"}
     add(S("clean-torchrun-2rank", "none", "torchrun", nproc=2, notes="a clean run", **clean),
         S("clean-torchrun-tee-4rank", "none", "torchrun", nproc=4, prefix="tee", notes="a clean run", **clean),
         S("clean-torchrun-role-8rank", "none", "torchrun", nproc=8, prefix="role", timeout=240,
@@ -635,7 +634,7 @@ class Runner:
         except OSError as e:
             self.cg = None
             if limit:
-                raise RuntimeError(f"cannot create memory cgroup: {e}")
+                raise RuntimeError(f"cannot create memory cgroup: {e}") from e
 
     @staticmethod
     def kill_cgroup(cg: Path):
@@ -923,7 +922,7 @@ def write_case(sc: Scenario, logs: dict, notes_extra: list[str], elapsed: float,
         data, k = scrub(data)
         subs += k
         (out / name).write_bytes(data.encode("utf-8", errors="surrogateescape"))
-    extra = [p for p in sorted(Path(next(iter(logs.values()))).parent.glob("earlier-run.out"))] if logs else []
+    extra = sorted(Path(next(iter(logs.values()))).parent.glob("earlier-run.out")) if logs else []
     for p in extra:
         data, k = scrub(p.read_text(errors="surrogateescape"))
         subs += k
