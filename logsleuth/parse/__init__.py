@@ -159,5 +159,5 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     df = pl.concat([df, tracebacks, failures], how="diagonal_relaxed")
     df = torch.enrich(df)
     df = nccl.attribute_ranks(df)
-    df = df.with_columns(pl.coalesce("block_start", "line").alias("block_start"))
+    df = df.with_columns(pl.coalesce("block_start", "line").alias("block_start"), pl.coalesce("node", "host").alias("node"))
     return events.conform(df.rename({"msg": "message"})).sort("file", "line")

@@ -1,6 +1,8 @@
 """Line prefixes -> rank, local rank, task, time and level columns.
 
-Launchers stack prefixes on a line, outermost first: a platform timestamp,
+Launchers stack prefixes on a line, outermost first: the host name pdsh and
+clush put before every remote line (DeepSpeed's multi-node launcher uses
+pdsh: ``worker-0: ``, ``10.0.0.5: ``), a platform timestamp,
 ``srun --label`` (`` 3: ``, space padded), mpirun ``[1,3]<stdout>:``,
 torchrun ``--tee`` headers (``[default0]:``, local rank) and PyTorch's own
 ``[rank3]:`` (global rank, from the excepthook and c10 logging), then glog or
@@ -51,6 +53,28 @@ _SPAN = "(" + re.sub(r"\(\?P<\w+>", "(?:", PREFIX.removesuffix("(?P<msg>.*)$")) 
 _LAYERS = PREFIX.removesuffix("(?P<msg>.*)$") + "$"
 
 
+#: pdsh/clush's ``host: `` before a remote line: a name with a digit in it, or an IPv4 address.
+_HOST = r"^([A-Za-z][A-Za-z0-9-]*[0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*|\d{1,3}(?:\.\d{1,3}){3}): "
+#: What looks like such a name but is a program's own prefix or an exception type (``S3UploadError: ``).
+_NOT_HOST = r"^(?:slurmstepd|srun|sbatch|salloc|sacct|scontrol)\b|(?i:error|exception|warning|exit|interrupt|failure|fault|timeout)$"
+
+
+#: Share of a file's distinct kept lines that must carry a host prefix for it to be read as pdsh output.
+HOST_SHARE = 0.5
+
+
+def _hosts(distinct: pl.DataFrame) -> pl.DataFrame:
+    """Add ``host`` to distinct (file, raw) lines: the pdsh/clush host prefix, in files written that way.
+
+    pdsh prefixes every line, a logger named ``boto3`` only its own: a file whose
+    lines mostly start with a host name is pdsh output, any other keeps its text.
+    """
+    candidate = pl.col("raw").str.extract(_HOST, 1)
+    found = pl.when(candidate.str.contains(_NOT_HOST).not_()).then(candidate)
+    share = found.is_not_null().mean().over("file")
+    return distinct.with_columns(pl.when(share >= HOST_SHARE).then(found).alias("host"))
+
+
 def _split(lines: pl.DataFrame) -> pl.DataFrame:
     """Each line's prefix fields and bare message.
 
@@ -59,14 +83,18 @@ def _split(lines: pl.DataFrame) -> pl.DataFrame:
     prefixes (srun labels x ranks), so the captures run once per distinct span.
     Every rank repeats its lines, so the span is found once per distinct line.
     """
-    span = pl.col("raw").str.extract(_SPAN, 1).fill_null("")
-    spans = lines.select(pl.col("raw").unique()).select(
-        "raw", span.alias("_span"), pl.col("raw").str.slice(span.str.len_chars()).alias("msg")
+    host = pl.col("host")
+    rest = pl.when(host.is_not_null()).then(pl.col("raw").str.slice(host.str.len_chars() + 2)).otherwise(pl.col("raw"))
+    span = pl.col("_rest").str.extract(_SPAN, 1).fill_null("")
+    spans = (
+        _hosts(lines.select("file", "raw").unique())
+        .with_columns(rest.alias("_rest"))
+        .select("file", "raw", "host", span.alias("_span"), pl.col("_rest").str.slice(span.str.len_chars()).alias("msg"))
     )
     distinct = spans.select(pl.col("_span").unique())
     fields = distinct.with_columns(pl.col("_span").str.extract_groups(_LAYERS).alias("_p")).unnest("_p")
     return (
-        lines.join(spans, on="raw", how="left", maintain_order="left")
+        lines.join(spans, on=["file", "raw"], how="left", maintain_order="left")
         .join(fields, on="_span", how="left", maintain_order="left")
         .drop("_span")
     )
@@ -122,8 +150,13 @@ def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         source.alias("source"),
         pl.when(pl.col("gsrc").str.contains(r"\.py:\d+$")).then(pl.col("gpid").cast(pl.Int64, strict=False)).alias("pid"),
         where.alias("origin"),
+        # a host name is a node (cut at the domain, as NCCL prints it); an address stays whole
+        pl.when(pl.col("host").str.contains(r"^\d"))
+        .then(pl.col("host"))
+        .otherwise(pl.col("host").str.extract(r"^([^.]+)", 1))
+        .alias("host"),
         pl.concat_str(
-            [pl.col(c).fill_null("") for c in ("file", "task", "mpi_rank", "role_a", "num_a", "role_b", "num_b", "pl_rank")],
+            [pl.col(c).fill_null("") for c in ("file", "host", "task", "mpi_rank", "role_a", "num_a", "role_b", "num_b", "pl_rank")],
             separator="|",
         ).alias("stream"),
     )

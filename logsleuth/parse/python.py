@@ -77,7 +77,10 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         frames.last().alias("_last_frame"),
         frames.len().alias("_frames"),
         chain_before.alias("_chained_next"),
-        *(pl.col(c).filter(pl.col("_close") | pl.col("_hdr")).drop_nulls().last().alias(c) for c in ("task", "rank", "local_rank", "pid")),
+        *(
+            pl.col(c).filter(pl.col("_close") | pl.col("_hdr")).drop_nulls().last().alias(c)
+            for c in ("task", "rank", "local_rank", "pid", "host")
+        ),
         pl.col("time").drop_nulls().last().alias("time"),
     )
     exc = pl.col("_exc")
@@ -104,6 +107,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         "rank",
         "local_rank",
         "pid",
+        "host",
         "time",
         pl.coalesce(exc, pl.lit("(traceback cut off before its exception line)")).alias("msg"),
         exc_type.alias("exc_type"),

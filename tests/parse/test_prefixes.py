@@ -83,3 +83,24 @@ def test_streams_separate_writers_but_not_lines_of_one_writer() -> None:
     got = peel(pl.DataFrame({"file": ["f"] * 4, "line": [1, 2, 3, 4], "raw": lines}), {"f": 2026})
     streams = got["stream"].to_list()
     assert streams[0] == streams[2] and len({streams[0], streams[1], streams[3]}) == 3
+
+
+def test_pdsh_host_prefixes_peel_to_the_node_and_the_rest_still_peels() -> None:
+    # DeepSpeed's multi-node launcher runs pdsh, which puts "host: " before every remote line
+    lines = [
+        "worker-0: [rank3]: RuntimeError: boom",
+        "10.0.0.5: [default1]:[rank9]: ValueError: x",
+        "gpu-a100-017.cluster.local: step 7 loss 0.1",
+        "S3UploadFailedError: upload failed",  # an exception type with a digit is not a host
+    ]
+    got = peel(pl.DataFrame({"file": ["f"] * 4, "line": [1, 2, 3, 4], "raw": lines}), {"f": 2026})
+    assert got["host"].to_list() == ["worker-0", "10.0.0.5", "gpu-a100-017", None]
+    assert got["msg"].to_list() == ["RuntimeError: boom", "ValueError: x", "step 7 loss 0.1", "S3UploadFailedError: upload failed"]
+    assert got["rank"].to_list() == [3, 9, None, None]
+    assert len(set(got["stream"].to_list())) == 4  # hosts are separate writers
+
+
+def test_a_logger_name_in_a_file_that_is_not_pdsh_output_is_not_a_host() -> None:
+    lines = ["boto3: retrying the upload", "[rank1]: RuntimeError: x", "srun: error: node01: task 1: Exited with exit code 1"]
+    got = peel(pl.DataFrame({"file": ["f"] * 3, "line": [1, 2, 3], "raw": lines}), {"f": 2026})
+    assert got["host"].null_count() == 3 and got["msg"][0] == "boto3: retrying the upload"
