@@ -200,7 +200,9 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
             f"the evidence does not decide: the best candidate, {lead.category}, has confidence {probs[lead.category]:.2f}"
             f" (below {model.fusion.threshold:.2f}{'' if lead.eids else ', and no error line supports it'})"
         )
-        eids = _failures(events)
+        # the reasoner's own unknown candidate knows which failure came first across ranks
+        own = by_category.get("unknown")
+        eids = own[0].eids if own else _failures(events)
         abstain = Candidate("unknown", "unknown", "primary", 0.0, round(1.0 - probs[lead.category], 3), eids, [], _ranks(events, eids))
         out = [abstain] + [c for c in out if c.category != "unknown"]
         lead = out[0]

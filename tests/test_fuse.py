@@ -24,6 +24,12 @@ UNRULED_CRASH = """
     [rank1]: FrobnicationError: the widget is sad
     srun: error: node01: task 1: Exited with exit code 1
 """
+SILENT_EXIT_AFTER_PEERS = """
+    [rank1]: Traceback (most recent call last):
+    [rank1]:   File "train.py", line 9, in <module>
+    [rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:29500
+    srun: error: node01: task 2: Exited with exit code 1
+"""
 OOM_JOB = """
     [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.10 GiB
     srun: error: node01: task 3: Exited with exit code 1
@@ -161,3 +167,14 @@ def test_a_model_fitted_for_other_signals_is_refused_and_the_rules_decide(tmp_pa
     m.fusion = classify.Fusion([[0.0]] * 2, [0.0], [0.0], [1.0, 1.0], 0.3)
     with pytest.raises(classify.ModelError, match="retrain"):
         fuse.check(m)
+
+
+def test_abstaining_keeps_the_reasoners_own_unknown_evidence() -> None:
+    # the reasoner's unknown candidate points at the first failure across ranks, not at every failure line
+    ev, r = reasoned(SILENT_EXIT_AFTER_PEERS)
+    own = r.candidates[0]
+    assert own.category == "unknown" and ev.row(own.eids[0], named=True)["kind"] == "srun_exit"
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}), model(threshold=0.99))
+    assert any("does not decide" in n for n in out.notes)
+    assert out.candidates[0].category == "unknown" and out.candidates[0].eids == own.eids
+    assert out.first_failure["rank"] == 2
