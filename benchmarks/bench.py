@@ -1,8 +1,8 @@
 """Benchmark logsleuth against the floor (ripgrep) and the usual baseline (a Python loop).
 
 For each size, on the same generated file and in the same run:
-- logsleuth: wall time and peak RSS of `python -m logsleuth analyze FILE -f json`;
-- ripgrep with the same rule patterns (both use Rust's regex crate): the floor;
+- logsleuth: wall time (median of --repeat runs) and peak RSS of `python -m logsleuth analyze FILE -f json`;
+- ripgrep with the same rule patterns (both use Rust's regex crate), also the median: the floor;
 - a naive Python loop, every line against every rule pattern with `re`: what
   people write by hand. It is slow, so on big files it runs on a prefix and
   its throughput is extrapolated (the table says so).
@@ -121,7 +121,12 @@ def startup() -> dict[str, float]:
     return {"python_s": round(bare, 3), "import_s": round(imp, 3), "analyze_1MB_s": round(sorted(runs)[len(runs) // 2], 3)}
 
 
-def bench(sizes: list[str], ranks: int, naive_cap: int) -> tuple[list[Row], dict[str, float]]:
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def bench(sizes: list[str], ranks: int, naive_cap: int, repeat: int = 3) -> tuple[list[Row], dict[str, float]]:
+    """One row per size; logsleuth and ripgrep take the median of ``repeat`` runs (a shared machine is noisy)."""
     patterns = rule_patterns()
     small = write_job(DATA / f"job-small-{ranks}.log", 2 * 10**5, ranks=ranks)
     _, _, small_report = run_logsleuth(small)
@@ -132,8 +137,9 @@ def bench(sizes: list[str], ranks: int, naive_cap: int) -> tuple[list[Row], dict
         if not path.exists():
             write_job(path, parse_size(size), ranks=ranks)
         mb = path.stat().st_size / 1e6
-        wall, rss, report = run_logsleuth(path)
-        rg = run_rg(path, patterns)
+        runs = [run_logsleuth(path) for _ in range(repeat)]
+        wall, rss, report = _median([r[0] for r in runs]), max(r[1] for r in runs), runs[0][2]
+        rg = _median([run_rg(path, patterns) for _ in range(repeat)])
         naive_mb_s, naive_mb = run_naive(path, patterns, naive_cap)
         verdict = (report["verdict"]["category"], report["verdict"]["first_failure"]["rank"])
         rows.append(
@@ -178,9 +184,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="10MB,100MB,1GB")
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--naive-cap", default="50MB", help="the Python loop reads at most this much of each file")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of logsleuth and of ripgrep per size; the median is reported")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
-    rows, start = bench(args.sizes.split(","), args.ranks, parse_size(args.naive_cap))
+    rows, start = bench(args.sizes.split(","), args.ranks, parse_size(args.naive_cap), max(1, args.repeat))
     print(table(rows, start))
     if args.json:
         args.json.write_text(json.dumps({"rows": [asdict(r) for r in rows], "startup": start, "cores": os.cpu_count()}, indent=2))

@@ -63,16 +63,21 @@ _NOT_HOST = r"^(?:slurmstepd|srun|sbatch|salloc|sacct|scontrol)\b|(?i:error|exce
 HOST_SHARE = 0.5
 
 
-def _hosts(distinct: pl.DataFrame) -> pl.DataFrame:
-    """Add ``host`` to distinct (file, raw) lines: the pdsh/clush host prefix, in files written that way.
+def _host_candidates(raws: pl.DataFrame) -> pl.DataFrame:
+    """Add ``host``: the pdsh/clush-style host name a line starts with, if any."""
+    candidate = pl.col("raw").str.extract(_HOST, 1)
+    return raws.with_columns(pl.when(candidate.str.contains(_NOT_HOST).not_()).then(candidate).alias("host"))
+
+
+def _hosts(lines: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
+    """Distinct (file, raw) lines with ``host``: the host prefix, in files written by pdsh or clush.
 
     pdsh prefixes every line, a logger named ``boto3`` only its own: a file whose
     lines mostly start with a host name is pdsh output, any other keeps its text.
     """
-    candidate = pl.col("raw").str.extract(_HOST, 1)
-    found = pl.when(candidate.str.contains(_NOT_HOST).not_()).then(candidate)
-    share = found.is_not_null().mean().over("file")
-    return distinct.with_columns(pl.when(share >= HOST_SHARE).then(found).alias("host"))
+    distinct = lines.select("file", "raw").unique().join(candidates, on="raw", how="left")
+    share = pl.col("host").is_not_null().mean().over("file")
+    return distinct.with_columns(pl.when(share >= HOST_SHARE).then(pl.col("host")).alias("host"))
 
 
 def _split(lines: pl.DataFrame) -> pl.DataFrame:
@@ -81,20 +86,23 @@ def _split(lines: pl.DataFrame) -> pl.DataFrame:
     Capturing 17 groups per line is the slow path of the regex engine; finding
     the span of the prefixes is the fast one, and a job has few distinct
     prefixes (srun labels x ranks), so the captures run once per distinct span.
-    Every rank repeats its lines, so the span is found once per distinct line.
+    Every rank repeats its lines, so the span is found once per distinct line
+    (per file and line where a host prefix may apply, which costs more memory).
     """
-    host = pl.col("host")
-    rest = pl.when(host.is_not_null()).then(pl.col("raw").str.slice(host.str.len_chars() + 2)).otherwise(pl.col("raw"))
-    span = pl.col("_rest").str.extract(_SPAN, 1).fill_null("")
-    spans = (
-        _hosts(lines.select("file", "raw").unique())
-        .with_columns(rest.alias("_rest"))
-        .select("file", "raw", "host", span.alias("_span"), pl.col("_rest").str.slice(span.str.len_chars()).alias("msg"))
-    )
-    distinct = spans.select(pl.col("_span").unique())
-    fields = distinct.with_columns(pl.col("_span").str.extract_groups(_LAYERS).alias("_p")).unnest("_p")
+    candidates = _host_candidates(lines.select(pl.col("raw").unique()))
+    rest = pl.col("raw")
+    if candidates.get_column("host").null_count() == candidates.height:  # no line starts with a host name
+        distinct, keys = candidates, ["raw"]
+    else:
+        distinct, keys = _hosts(lines, candidates), ["file", "raw"]
+        host = pl.col("host")
+        rest = pl.when(host.is_not_null()).then(rest.str.slice(host.str.len_chars() + 2)).otherwise(rest)
+    span = rest.str.extract(_SPAN, 1).fill_null("")
+    spans = distinct.select(*keys, "host", span.alias("_span"), rest.str.slice(span.str.len_chars()).alias("msg"))
+    fields = spans.select(pl.col("_span").unique())
+    fields = fields.with_columns(pl.col("_span").str.extract_groups(_LAYERS).alias("_p")).unnest("_p")
     return (
-        lines.join(spans, on=["file", "raw"], how="left", maintain_order="left")
+        lines.join(spans, on=keys, how="left", maintain_order="left")
         .join(fields, on="_span", how="left", maintain_order="left")
         .drop("_span")
     )
