@@ -81,7 +81,7 @@ def matching(df: pl.DataFrame, literals: tuple[str, ...] = (), pattern: str | No
     """
     msg = df.get_column(column)
     distinct = msg.unique()
-    hit = pl.Series([False] * len(distinct), dtype=pl.Boolean)
+    hit = pl.repeat(False, len(distinct), dtype=pl.Boolean, eager=True)
     if literals:
         hit = hit | distinct.str.contains_any(list(literals)).fill_null(False)
     if pattern is not None:

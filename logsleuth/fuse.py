@@ -185,10 +185,10 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
         if i > 0 and not ruled and p < MIN_GUESS:
             continue  # a guess nothing else supports, at a few percent, is noise in the report
         if ruled:
+            # the category's other candidates, and the victims the lead explains, follow it at half its weight
+            behind = ruled[1:] + ([c for e in explained for c in by_category[e]] if label == reasoning.candidates[0].category else [])
             out.append(replace(ruled[0], confidence=p))
-            out += [replace(c, confidence=round(min(p, c.confidence) / 2, 3)) for c in ruled[1:]]
-            if label == reasoning.candidates[0].category:  # the victims the lead explains follow it
-                out += [replace(c, confidence=round(min(p, c.confidence) / 2, 3)) for e in explained for c in by_category[e]]
+            out += [replace(c, confidence=round(min(p, c.confidence) / 2, 3)) for c in behind]
         else:
             eids = _failures(events) if label == "unknown" else [] if label == "none" else prediction.evidence.get(label, [])
             out.append(Candidate(label, label, "primary", p, p, eids, [], _ranks(events, eids)))

@@ -417,13 +417,10 @@ def _filter_block(data: bytes, name: str, keep: _Keeper) -> tuple[pl.DataFrame, 
         return _no_lines(), _no_lines(), 0, 0, 0
     text = table.get_column("raw").fill_null("")
     n = len(text)
-    n_bad = n_long = 0
-    if not ascii_only:
-        n_bad = int(text.str.contains("\ufffd", literal=True).sum())
-        long = text.filter(text.str.len_bytes() > MAX_LINE_CHARS)
-        n_long = int((long.str.len_chars() > MAX_LINE_CHARS).sum())
-    else:
-        n_long = int((text.str.len_bytes() > MAX_LINE_CHARS).sum())
+    # a line has at least as many bytes as characters; in ASCII exactly as many, and no bad bytes
+    long = text.filter(text.str.len_bytes() > MAX_LINE_CHARS)
+    n_long = len(long) if ascii_only else int((long.str.len_chars() > MAX_LINE_CHARS).sum())
+    n_bad = 0 if ascii_only else int(text.str.contains("\ufffd", literal=True).sum())
     # number only the rows that are kept (few), not every row of the block
     kept = keep.mask(text).arg_true()
     last = pl.int_range(max(0, n - TAIL_LINES), n, dtype=pl.UInt32(), eager=True)

@@ -21,6 +21,8 @@ import re
 
 import polars as pl
 
+from .common import short_host
+
 _TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 
 PREFIX = (
@@ -159,10 +161,7 @@ def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         pl.when(pl.col("gsrc").str.contains(r"\.py:\d+$")).then(pl.col("gpid").cast(pl.Int64, strict=False)).alias("pid"),
         where.alias("origin"),
         # a host name is a node (cut at the domain, as NCCL prints it); an address stays whole
-        pl.when(pl.col("host").str.contains(r"^\d"))
-        .then(pl.col("host"))
-        .otherwise(pl.col("host").str.extract(r"^([^.]+)", 1))
-        .alias("host"),
+        pl.when(pl.col("host").str.contains(r"^\d")).then(pl.col("host")).otherwise(short_host(pl.col("host"))).alias("host"),
         pl.concat_str(
             [pl.col(c).fill_null("") for c in ("file", "host", "task", "mpi_rank", "role_a", "num_a", "role_b", "num_b", "pl_rank")],
             separator="|",
