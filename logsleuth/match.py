@@ -77,8 +77,11 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     # rules read the message and their scope columns only: match each distinct combination once
     keys = ["message", *sorted({column for r in rules.rules for column in r.scope})]
     distinct = events.select(keys).unique(maintain_order=True)
-    fast = [r for r in rules.rules if r.engine == "polars"]
-    slow = [r for r in rules.rules if r.engine != "polars"]
+    live = _live(distinct, rules.rules)
+    if not live:
+        return pl.DataFrame(schema=HITS_SCHEMA)
+    fast = [r for r in live if r.engine == "polars"]
+    slow = [r for r in live if r.engine != "polars"]
     columns: list[pl.DataFrame] = []
     if fast:
         columns.append(distinct.select([_rule_expr(r) for r in fast]))
@@ -86,8 +89,8 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
         columns.append(pl.DataFrame([_python_hits(distinct, r) for r in slow]))
     table = pl.concat(columns, how="horizontal")
     # the true cells of the rule columns, as (distinct row, rule index); then events and the rules' fields
-    dids = [table.get_column(r.id).arg_true() for r in rules.rules]
-    index = pl.Series("_r", range(len(rules.rules)), dtype=pl.UInt32)
+    dids = [table.get_column(r.id).arg_true() for r in live]
+    index = pl.Series("_r", range(len(live)), dtype=pl.UInt32)
     which = pl.select(index.repeat_by(pl.Series([len(e) for e in dids], dtype=pl.UInt32)).explode()).to_series()
     rows = (
         events.select(keys)
@@ -98,11 +101,11 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     meta = pl.DataFrame(
         {
             "_r": index,
-            "rule": [r.id for r in rules.rules],
-            "cause": [r.cause for r in rules.rules],
-            "category": [rules.category(r.cause) for r in rules.rules],
-            "role": [r.role for r in rules.rules],
-            "weight": [float(r.weight) for r in rules.rules],
+            "rule": [r.id for r in live],
+            "cause": [r.cause for r in live],
+            "category": [rules.category(r.cause) for r in live],
+            "role": [r.role for r in live],
+            "weight": [float(r.weight) for r in live],
         }
     )
     hits = (
@@ -114,6 +117,15 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     )
     deferred = [r.id for r in rules.rules if r.deferred]
     return _defer(hits, events, deferred) if deferred else hits
+
+
+def _live(distinct: pl.DataFrame, rules: list[Rule]) -> list[Rule]:
+    """The rules some message carries a keyword of: the others cannot hit, and skipping them
+    skips compiling their patterns, which costs more than matching a small log."""
+    keywords = sorted({k for r in rules for k in r.keywords})
+    found = distinct.select(pl.col("message").str.extract_many(keywords, overlapping=True).explode().drop_nulls().unique())
+    present = set(found.to_series().to_list())
+    return [r for r in rules if present.intersection(r.keywords)]
 
 
 def _defer(hits: pl.DataFrame, events: pl.DataFrame, deferred: list[str]) -> pl.DataFrame:

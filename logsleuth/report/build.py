@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping
 from typing import Any
@@ -34,9 +35,13 @@ class _Lenient(string.Formatter):
 
 
 def _groups(rule: Rule, text: str) -> dict[str, str]:
+    """The named groups of the rule's first pattern that matches ``text``, for its summary template."""
+    named = [p for p in rule.patterns if _NAMED_GROUP.search(p)]
+    if not named:  # most rules name no group: spare the regex import
+        return {}
     import regex
 
-    for pat in rule.patterns:
+    for pat in named:
         try:
             m = regex.search(pat, text, timeout=0.05)
         except (regex.error, TimeoutError):
@@ -44,6 +49,10 @@ def _groups(rule: Rule, text: str) -> dict[str, str]:
         if m:
             return {k: v for k, v in m.groupdict().items() if v is not None}
     return {}
+
+
+#: A named group, in Python's and Rust's spellings (not a look-behind).
+_NAMED_GROUP = re.compile(r"\(\?P?<[A-Za-z_]")
 
 
 def _evidence(events: pl.DataFrame, eids: list[int], rules_by_eid: Mapping[int, str]) -> list[Evidence]:

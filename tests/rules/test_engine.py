@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from logsleuth import match, rulebook
+from logsleuth import api, match, rulebook
 from tests.conftest import events_of
 
 _RULES = """
@@ -84,3 +84,38 @@ def test_deferred_must_be_a_boolean(tmp_path: Path) -> None:
 def test_matcher_keeps_the_hits_schema_with_deferred_rules(only_test_rules: rulebook.RuleSet) -> None:
     hits = match.match(events_of("  exitcode  : -6 (pid: 2231) (SIGABRT)\n"), only_test_rules)
     assert hits.schema == pl.Schema(match.HITS_SCHEMA)
+
+
+def test_a_rule_is_only_tried_on_messages_that_carry_one_of_its_keywords(tmp_path: Path) -> None:
+    (tmp_path / "t.toml").write_text(_RULES.replace('keywords = ["SIGABRT"]', 'keywords = ["exitcode  : -6"]'))
+    gated = rulebook.load([tmp_path], builtin=False)
+    (tmp_path / "t.toml").write_text(_RULES.replace('keywords = ["SIGABRT"]', 'keywords = ["never printed"]'))
+    absent = rulebook.load([tmp_path], builtin=False)
+    text = "  exitcode  : -6 (pid: 2231) (SIGABRT)\n"
+    assert _roles(text, gated) == {"TST001": "primary"}
+    assert _roles(text, absent) == {}
+
+
+def test_summary_template_reads_the_named_groups_of_the_matching_pattern(tmp_path: Path) -> None:
+    (tmp_path / "port.toml").write_text(
+        """
+[[rule]]
+id = "TST010"
+name = "test-port"
+cause = "port_in_use"
+weight = 1.0
+keywords = ["EADDRINUSE"]
+patterns = ['''listen on port (?P<port>\\d+).*EADDRINUSE''']
+summary = "Port {port} was taken on {where}."
+match = ['''RuntimeError: could not listen on port 29511 (EADDRINUSE)''']
+"""
+    )
+    log = tmp_path / "job.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "RuntimeError: could not listen on port 29511 (EADDRINUSE)\n"
+    )
+    report = api.analyze([log], rules=[tmp_path], classifier=False)
+    assert report.verdict.cause == "port_in_use"
+    assert report.verdict.summary.startswith("Port 29511 was taken")
