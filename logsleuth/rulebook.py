@@ -9,9 +9,12 @@ finer causes their taxonomy parent. Loading a file never runs code.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +23,6 @@ from typing import Any
 import polars as pl
 
 from .taxonomy import TAXONOMY
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 #: The rules shipped with logsleuth (a folder next to the package, or inside it when installed).
 BUILTIN_RULES = Path(os.environ.get("LOGSLEUTH_RULES_DIR", Path(__file__).resolve().parent.parent / "rules"))
@@ -142,9 +140,11 @@ def _stamp(path: Path) -> tuple[int, int]:
 def _load(folders: list[Path]) -> RuleSet:
     causes: dict[str, Cause] = {}
     rules: dict[str, Rule] = {}
-    for folder in folders:
-        for path in _rule_files(folder):
-            data = _read_toml(path)
+    files = {folder: _rule_files(folder) for folder in folders}
+    parsed = _parsed([path for paths in files.values() for path in paths])
+    for folder, paths in files.items():
+        for path in paths:
+            data = parsed[str(path)]
             for cause in _causes(path, data):
                 causes[cause.id] = cause
             for rule in _rules(path, data, trusted=folder == BUILTIN_RULES):
@@ -162,7 +162,71 @@ def _rule_files(folder: Path) -> list[Path]:
     return sorted(files, key=lambda p: p.name != "causes.toml")
 
 
+def cache_dir() -> Path | None:
+    """Where parsed rule files are kept between runs: $LOGSLEUTH_CACHE_DIR ("off" disables),
+    else $XDG_CACHE_HOME/logsleuth, else ~/.cache/logsleuth."""
+    chosen = os.environ.get("LOGSLEUTH_CACHE_DIR")
+    if chosen:
+        return None if chosen == "off" else Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "logsleuth"
+
+
+def _parsed(files: list[Path]) -> dict[str, dict[str, Any]]:
+    """The TOML of each file, parsed, by path.
+
+    Parsing the built-in rules' TOML in Python costs about 20 ms on every run (a
+    tenth of analysing a small log), so the parsed files are kept as JSON (data,
+    never code) under :func:`cache_dir`, valid while every file keeps its size
+    and modification time. A cache that cannot be read or written is ignored:
+    the files are parsed as before.
+    """
+    key = [[str(p), *_stamp(p)] for p in files]
+    where = cache_dir()
+    cached = where / "rules.json" if where is not None else None
+    if cached is not None:
+        try:
+            saved = json.loads(cached.read_text(encoding="utf-8"))
+            data = saved["data"]
+            if saved["version"] == _CACHE_VERSION and saved["key"] == key and all(isinstance(data.get(k), dict) for k, *_ in key):
+                return dict(data)
+        except (OSError, ValueError, LookupError, TypeError, AttributeError):
+            pass
+    data = {str(p): _read_toml(p) for p in files}
+    if cached is not None:
+        _write_cache(cached, {"version": _CACHE_VERSION, "key": key, "data": data})
+    return data
+
+
+#: Bumped when the cache's layout changes.
+_CACHE_VERSION = 1
+
+
+def _write_cache(path: Path, value: dict[str, Any]) -> None:
+    """Write atomically (concurrent epilogs share one home); any failure leaves no cache."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):  # a TOML date or time has no JSON form: such files stay uncached
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rules-", suffix=".json")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):  # imported here: a run served by the cache never parses TOML
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)

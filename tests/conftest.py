@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -11,6 +13,9 @@ import pytest
 from logsleuth import ingest, parse, reason, rulebook
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# the suite keeps its parsed-rules cache to itself (subprocesses inherit this), not in the user's home
+os.environ.setdefault("LOGSLEUTH_CACHE_DIR", tempfile.mkdtemp(prefix="logsleuth-test-cache-"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
