@@ -138,10 +138,10 @@ def read_npz(path: str) -> dict[str, Array]:
 
 @dataclass
 class Model:
-    """A loaded classifier: weights (dim x labels, long format), bias, idf, and what inference needs to know."""
+    """A loaded classifier: weights (dim x labels), bias, idf, and what inference needs to know."""
 
     labels: list[str]
-    weights: pl.DataFrame  # h, j (label index), w: one row per bucket and label
+    weights: array.array[float]  # float32, row-major (bucket, label): label j's weight for bucket h is at h * len(labels) + j
     bias: list[float]
     idf: pl.Series  # per bucket: how rare the feature was in training (common lines weigh little)
     features: FeatureConfig
@@ -164,17 +164,31 @@ class Model:
         source: str = "",
     ) -> Model:
         """From flat row-major float32 values (the file's arrays, or training's rounded ones)."""
-        w = pl.Series("w", weights, dtype=pl.Float32).cast(pl.Float64)
+        w = weights if isinstance(weights, array.array) and weights.typecode == "f" else array.array("f", weights)
         n = len(labels)
-        if w.len() != features.dim * n:
-            raise ModelError(f"{source}: {w.len()} weights do not fit {features.dim} features x {n} labels")
-        index = pl.int_range(0, w.len(), dtype=pl.Int64, eager=True)
-        table = pl.DataFrame({"h": index // n, "j": (index % n).cast(pl.Int32), "w": w})
+        if len(w) != features.dim * n:
+            raise ModelError(f"{source}: {len(w)} weights do not fit {features.dim} features x {n} labels")
         idf_s = pl.Series("idf", idf, dtype=pl.Float32).cast(pl.Float64)
         bias_l = [float(b) for b in pl.Series(bias, dtype=pl.Float32).to_list()]
         if idf_s.len() != features.dim or len(bias_l) != n:
             raise ModelError(f"{source}: bias {len(bias_l)}, idf {idf_s.len()} do not fit {features.dim} features x {n} labels")
-        return cls(list(labels), table, bias_l, idf_s, features, temperature, fusion, meta or {}, source)
+        return cls(list(labels), w, bias_l, idf_s, features, temperature, fusion, meta or {}, source)
+
+    def rows(self, buckets: pl.Series) -> pl.DataFrame:
+        """(h, j, w) for these buckets and every label: the few weights a job's features touch.
+
+        The weights stay a flat float32 array: a job touches a few hundred of the
+        16,384 buckets, and turning all of them into a table cost more than the analysis.
+        """
+        n = len(self.labels)
+        hs = buckets.cast(pl.Int64)
+        picked = array.array("f")
+        for h in hs.to_list():  # one slice per active bucket, not per line
+            picked.extend(self.weights[h * n : (h + 1) * n])
+        k = pl.int_range(0, len(picked), dtype=pl.Int64, eager=True)
+        return pl.DataFrame(
+            {"h": hs.gather(k // n), "j": (k % n).cast(pl.Int32), "w": pl.Series(picked, dtype=pl.Float32).cast(pl.Float64)}
+        )
 
 
 @dataclass
@@ -347,7 +361,7 @@ def logits(model: Model, buckets: Sequence[int]) -> list[float]:
     v = model.idf.gather(hs)
     norm = math.sqrt(math.fsum(x * x for x in v.to_list()))
     active = pl.DataFrame({"h": hs, "v": v / norm if norm > 0 else v})
-    terms = model.weights.join(active, on="h", how="inner").select("j", (pl.col("w") * pl.col("v")).alias("t"))
+    terms = model.rows(hs).join(active, on="h", how="inner").select("j", (pl.col("w") * pl.col("v")).alias("t"))
     per_label: list[list[float]] = [[] for _ in model.bias]
     for j, t in zip(terms.get_column("j").to_list(), terms.get_column("t").to_list(), strict=True):  # active buckets x labels
         per_label[j].append(t)
@@ -387,7 +401,7 @@ def evidence(model: Model, events: pl.DataFrame, feats: pl.DataFrame, limit: int
     members = keys.select("g", pl.col("key").str.split(",").cast(pl.List(pl.Int64)).alias("h")).explode("h")
     scored = (
         members.join(idf, on="h")
-        .join(model.weights, on="h")
+        .join(model.rows(hs), on="h")
         .group_by("j", "g")
         .agg((pl.col("w") * pl.col("v")).sum().alias("c"))
         .filter(pl.col("c") > 0)
