@@ -10,8 +10,8 @@ Exit status (stable; see README and docs/ci.md):
 `epilog` exits 0 whenever it could say what it did: a SLURM epilog must not fail.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads every command's signature at each
+# start, and evaluating string annotations cost a third of a small log's start-up overhead.
 import os
 import sys
 from collections.abc import Callable
@@ -218,7 +218,7 @@ def events(
         raise typer.Exit(EXIT_NO_INPUT)
 
 
-def _print_events(table: pl.DataFrame, limit: int) -> None:
+def _print_events(table: "pl.DataFrame", limit: int) -> None:
     """One line per event: location, who, what, message; cut to the terminal width."""
     import shutil
 
@@ -612,5 +612,31 @@ def epilog(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: run the command, flush its output, and end the process.
+
+    The process ends with ``os._exit``: by then every file is closed and every temporary
+    folder removed by the command itself, and the interpreter's own teardown (freeing
+    polars' and the tables' objects one by one) cost about 45 ms, a tenth of analysing a
+    small log. The exit status is the command's.
+    """
+    try:
+        app()
+        code = 0
+    except SystemExit as exc:
+        code = _exit_status(exc.code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`) or stream: nothing more can be said
+            code = code or 1
+    os._exit(code)
+
+
+def _exit_status(code: object) -> int:
+    """What the interpreter would exit with for ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
