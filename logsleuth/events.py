@@ -74,16 +74,25 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def matching(df: pl.DataFrame, literals: tuple[str, ...] = (), pattern: str | None = None, *, column: str = "message") -> pl.Series:
-    """Rows whose ``column`` contains one of ``literals`` or matches ``pattern``, each distinct message tested once.
+    """Rows whose ``column`` contains one of ``literals`` or matches ``pattern``.
 
-    Every rank of a big job repeats the same warnings: hashing a hundred thousand
-    copies is cheaper than scanning each with a few hundred literals.
+    Every rank of a big job repeats the same warnings: in a big table each distinct
+    text is tested once (hashing a hundred thousand copies is cheaper than scanning
+    each with a few hundred literals). A small table is tested as it is: there the
+    hashing and joining back would cost more than the test.
     """
     msg = df.get_column(column)
-    distinct = msg.unique()
-    hit = pl.repeat(False, len(distinct), dtype=pl.Boolean, eager=True)
-    if literals:
-        hit = hit | distinct.str.contains_any(list(literals)).fill_null(False)
-    if pattern is not None:
-        hit = hit | distinct.str.contains(pattern).fill_null(False)
-    return msg.is_in(distinct.filter(hit).implode()).fill_null(False)
+    tests = [pl.col(column).str.contains_any(list(literals))] if literals else []
+    tests += [pl.col(column).str.contains(pattern)] if pattern is not None else []
+    if not tests:
+        return pl.repeat(False, msg.len(), dtype=pl.Boolean, eager=True)
+    tested = msg.unique() if msg.len() > DISTINCT_FROM else msg
+    hit = pl.any_horizontal(tests)
+    mask = tested.to_frame().select(hit.fill_null(False)).to_series()
+    if tested is msg:
+        return mask
+    return msg.is_in(tested.filter(mask).implode()).fill_null(False)
+
+
+#: Tables up to this many rows are tested row by row, bigger ones once per distinct text.
+DISTINCT_FROM = 5000

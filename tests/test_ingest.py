@@ -128,3 +128,11 @@ def test_directory_walk_takes_pbs_and_grid_engine_job_outputs(tmp_path: Path) ->
         (tmp_path / name).write_text("x\n")
     found = sorted(Path(i.file).name for i in ingest.expand([tmp_path]))
     assert found == ["train.e4242", "train.e4242.1", "train.o4242"]
+
+
+@pytest.mark.parametrize("regex_from", [0, 10**9], ids=["regex-alternation", "aho-corasick"])
+def test_prefilter_keeps_the_same_lines_whichever_engine_runs_it(regex_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest, "_REGEX_FROM_LINES", regex_from)
+    text = "step 1 ok\n  what():  CUDA error\nNCCL WARN [x]\nloss 0.1\nan error here\nfine\n"
+    got = ingest.ingest_text(text, ["what():", "[x]", "error", "rror"], tail=False)
+    assert got.lines["raw"].to_list() == ["  what():  CUDA error", "NCCL WARN [x]", "an error here"]

@@ -39,6 +39,8 @@ def claim(df: pl.DataFrame, cond: pl.Expr, columns: Mapping[str, pl.Expr]) -> pl
     so the order of parsers is the order of precedence.
     """
     take = cond.fill_null(False) & pl.col("kind").is_null()
+    if not df.select(take.any()).item():  # most claims match nothing: skip building their columns
+        return df
     exprs = [
         pl.when(take).then(value.cast(df.schema[name], strict=False)).otherwise(pl.col(name)).alias(name) for name, value in columns.items()
     ]
