@@ -25,9 +25,9 @@ import os
 import sys
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +196,12 @@ class Prediction:
     """Class probabilities for one job and, per class, the events that push towards it most."""
 
     probs: dict[str, float]
-    evidence: dict[str, list[int]]
+    find_evidence: Callable[[], dict[str, list[int]]] = field(repr=False, compare=False)
+
+    @cached_property
+    def evidence(self) -> dict[str, list[int]]:
+        """Computed on first use: the fusion needs it only for a label no rule supports."""
+        return self.find_evidence()
 
 
 class ModelError(Exception):
@@ -383,7 +388,7 @@ def predict(model: Model, events: pl.DataFrame) -> Prediction:
 def predict_from(model: Model, events: pl.DataFrame, feats: pl.DataFrame) -> Prediction:
     """``predict`` on features already computed (training and evaluation compute them once per case)."""
     probs = softmax([z / model.temperature for z in logits(model, job_vector(feats))])
-    return Prediction(dict(zip(model.labels, probs, strict=True)), evidence(model, events, feats))
+    return Prediction(dict(zip(model.labels, probs, strict=True)), lambda: evidence(model, events, feats))
 
 
 def evidence(model: Model, events: pl.DataFrame, feats: pl.DataFrame, limit: int = 3) -> dict[str, list[int]]:

@@ -64,7 +64,7 @@ def reasoned(text: str, *, without: str | None = None) -> tuple[pl.DataFrame, re
 
 def prediction(probs: dict[str, float], evidence: dict[str, list[int]] | None = None) -> classify.Prediction:
     rest = (1.0 - sum(probs.values())) / (len(LABELS) - len(probs))
-    return classify.Prediction({label: probs.get(label, rest) for label in LABELS}, evidence or {})
+    return classify.Prediction({label: probs.get(label, rest) for label in LABELS}, lambda: evidence or {})
 
 
 def test_without_a_model_the_rules_reasoning_passes_through() -> None:
