@@ -90,6 +90,8 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     table = pl.concat(columns, how="horizontal")
     # the true cells of the rule columns, as (distinct row, rule index); then events and the rules' fields
     dids = [table.get_column(r.id).arg_true() for r in live]
+    if not any(len(d) for d in dids):
+        return pl.DataFrame(schema=HITS_SCHEMA)
     index = pl.Series("_r", range(len(live)), dtype=pl.UInt32)
     which = pl.select(index.repeat_by(pl.Series([len(e) for e in dids], dtype=pl.UInt32)).explode()).to_series()
     rows = (
