@@ -23,11 +23,12 @@ import json
 import os
 import re
 import socket
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .files import write_text_atomic
 
 if TYPE_CHECKING:
     from .report.model import Report
@@ -287,18 +288,5 @@ def _write(report: Report, job: Job, stdout: str, report_dir: str | None) -> lis
     folder.mkdir(parents=True, exist_ok=True)
     mode = os.stat(stdout).st_mode & 0o666  # no one may read the report who may not read the output
     for path, text in texts.items():
-        _atomic_write(path, text, mode)
+        write_text_atomic(path, text, mode)
     return [str(p) for p in texts]
-
-
-def _atomic_write(path: Path, text: str, mode: int) -> None:
-    """Write through a temporary file and rename, so a reader never sees half a report."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

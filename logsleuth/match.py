@@ -3,9 +3,11 @@
 Every rule becomes one boolean polars expression over the ``message`` column
 (plus its scope filters); all rules are evaluated in a single ``select``, which
 polars runs in parallel and in linear time, once per distinct message (a
-warning every rank repeats a hundred thousand times is matched once). A pattern the linear-time engine
-cannot run (look-around, back-references) falls back to the ``regex`` package
-with a per-line timeout, on the few events its keywords let through.
+warning every rank repeats a hundred thousand times is matched once). Only
+rules whose keywords some message carries are evaluated at all. A pattern the
+linear-time engine cannot run (look-around, back-references) falls back to the
+``regex`` package with a per-line timeout, on the few events its keywords let
+through.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     # rules read the message and their scope columns only: match each distinct combination once
     keys = ["message", *sorted({column for r in rules.rules for column in r.scope})]
     distinct = events.select(keys).unique(maintain_order=True)
-    live = _live(distinct, rules.rules)
+    live = _live(distinct, rules)
     if not live:
         return pl.DataFrame(schema=HITS_SCHEMA)
     fast = [r for r in live if r.engine == "polars"]
@@ -121,13 +123,12 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     return _defer(hits, events, deferred) if deferred else hits
 
 
-def _live(distinct: pl.DataFrame, rules: list[Rule]) -> list[Rule]:
+def _live(distinct: pl.DataFrame, rules: RuleSet) -> list[Rule]:
     """The rules some message carries a keyword of: the others cannot hit, and skipping them
     skips compiling their patterns, which costs more than matching a small log."""
-    keywords = sorted({k for r in rules for k in r.keywords})
-    found = distinct.select(pl.col("message").str.extract_many(keywords, overlapping=True).explode().drop_nulls().unique())
+    found = distinct.select(pl.col("message").str.extract_many(rules.keywords, overlapping=True).explode().drop_nulls().unique())
     present = set(found.to_series().to_list())
-    return [r for r in rules if present.intersection(r.keywords)]
+    return [r for r in rules.rules if present.intersection(r.keywords)]
 
 
 def _defer(hits: pl.DataFrame, events: pl.DataFrame, deferred: list[str]) -> pl.DataFrame:

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from .files import write_text_atomic
 from .taxonomy import TAXONOMY
 
 #: The rules shipped with logsleuth (a folder next to the package, or inside it when installed).
@@ -208,18 +208,9 @@ def _write_cache(path: Path, value: dict[str, Any]) -> None:
         text = json.dumps(value)
     except (TypeError, ValueError):  # a TOML date or time has no JSON form: such files stay uncached
         return
-    try:
+    with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rules-", suffix=".json")
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        write_text_atomic(path, text)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
