@@ -490,10 +490,14 @@ def train(
     held = meta["metrics"]["held_out"]
     typer.echo(f"wrote {result.npz} and {result.npz.with_suffix('.json')} in {result.seconds:.0f} s")
     typer.echo(f"trained on {meta['training_data']['cases']} cases; {meta['training_data']['held_out_cases']} held out")
-    for name, m in held.items():
-        typer.echo(
-            f"  held-out {name:<11} top-1 {m['accuracy']:.3f}  top-3 {m['top3']:.3f}  macro-F1 {m['macro_f1']:.3f}  ECE {m['ece']:.3f}"
-        )
+    for origin, per in held.items():
+        for name, m in per.items():
+            if name == "n":
+                continue
+            typer.echo(
+                f"  held-out {origin} (n={per['n']}) {name:<11} top-1 {m['accuracy']:.3f}  top-3 {m['top3']:.3f}"
+                f"  macro-F1 {m['macro_f1']:.3f}  ECE {m['ece']:.3f}"
+            )
 
 
 @app.command("eval")
@@ -504,14 +508,28 @@ def evaluate(
     fmt: Annotated[str, typer.Option("--format", "-f", help="terminal or json.")] = "terminal",
     ablation: Annotated[bool, typer.Option("--ablation/--no-ablation", help="Remove each cause's rules and re-score its cases.")] = True,
     sklearn: Annotated[bool, typer.Option("--sklearn/--no-sklearn", help="Fit the tf-idf + logistic regression baseline.")] = True,
+    first_contact: Annotated[
+        str | None,
+        typer.Option(
+            "--first-contact",
+            metavar="BATCH",
+            help="Score a new batch of real cases as `analyze` answers them and append the score to --ledger (once per batch).",
+        ),
+    ] = None,
+    ledger: Annotated[Path, typer.Option("--ledger", help="The first-contact ledger (JSON lines; LEDGER.md is written beside it).")] = Path(
+        "corpus/ledger.jsonl"
+    ),
 ) -> None:
-    """Score rules, classifier, fusion and naive baselines on held-out cases."""
+    """Score rules, classifier, fusion and naive baselines on held-out cases; or a new batch at first contact."""
     import json
 
     if fmt not in ("terminal", "json"):
         _err(f"unknown --format {fmt!r}; choose terminal or json")
         raise typer.Exit(EXIT_USAGE)
     _load_rules_or_exit(rules)
+    if first_contact is not None:
+        _first_contact(first_contact, corpus, ledger, fmt)
+        return
     from .classify import ModelError
 
     try:
@@ -530,6 +548,32 @@ def evaluate(
         _err(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     typer.echo(json.dumps(ev.to_dict(), indent=2) if fmt == "json" else render(ev), nl=fmt == "json")
+
+
+def _first_contact(batch: str, folders: list[Path], ledger: Path, fmt: str) -> None:
+    import json
+    import subprocess
+
+    from .learn import firstcontact as fc
+    from .learn.corpus import CorpusError
+
+    try:
+        scores = fc.score_batch(folders, progress=lambda m: typer.echo(m, err=True))
+    except CorpusError as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    git = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False)
+    entry = fc.summarise(batch, scores, commit=git.stdout.strip() if git.returncode == 0 else "")
+    try:
+        fc.append(ledger, entry, scores)
+    except (OSError, ValueError) as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    if fmt == "json":
+        typer.echo(json.dumps(entry, indent=2))
+        return
+    typer.echo(fc.render_ledger([entry]), nl=False)
+    typer.echo(f"appended to {ledger}")
 
 
 @app.command()

@@ -220,7 +220,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         import tomli as tomllib
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            data: dict[str, Any] = tomllib.load(fh)
+            return data
     except tomllib.TOMLDecodeError as exc:
         raise RuleError(f"{path}: {exc}") from None
     except OSError as exc:

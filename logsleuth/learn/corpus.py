@@ -47,6 +47,8 @@ class Case:
     kind: str  # run-here | public | synthetic
     rank: int | None
     node: str | None
+    log_supports: bool = True  # false when the label rests on the thread's prose, not on the log
+    batch: str | None = None  # the first-contact batch the case arrived in
 
 
 def find_cases(roots: Iterable[str | Path]) -> list[Case]:
@@ -80,6 +82,8 @@ def read_case(folder: Path) -> Case:
         kind=str(prov.get("kind") or "unknown"),
         rank=int(rank) if isinstance(rank, int) else None,
         node=str(ff["node"]) if ff.get("node") is not None else None,
+        log_supports=bool(meta.get("log_supports", True)),
+        batch=str(prov["batch"]) if prov.get("batch") else None,
     )
 
 

@@ -29,6 +29,15 @@ from .train import Settings, load_masks
 #: Systems in the order the tables show them.
 SYSTEMS = ("fused", "rules", "classifier", "tfidf_logreg", "exit_code", "last_exception", "first_keyword")
 
+#: Real cases (public reports, jobs run here) and generated ones are scored apart, never pooled:
+#: a score on cases generated from wordings we already knew measures memory, not diagnosis.
+ORIGINS = ("real", "synthetic")
+
+
+def origin_of(case: Case) -> str:
+    """``synthetic`` for generated cases, ``real`` for public reports and jobs run here."""
+    return "synthetic" if case.kind == "synthetic" else "real"
+
 
 @dataclass
 class Evaluation:
@@ -36,7 +45,7 @@ class Evaluation:
 
     held_out: int
     trained_on: int
-    systems: dict[str, metrics.Scores]
+    systems: dict[str, dict[str, metrics.Scores]]  # origin (real | synthetic) -> system -> scores
     by_kind: dict[str, dict[str, dict[str, float]]]
     ablation: list[dict[str, Any]]
     cases: list[dict[str, Any]]
@@ -48,7 +57,8 @@ class Evaluation:
             "held_out_cases": self.held_out,
             "training_cases_seen": self.trained_on,
             "model": self.model,
-            "systems": {k: v.to_dict() for k, v in self.systems.items()},
+            "held_out_by_origin": {o: sum(1 for c in self.cases if c["origin"] == o) for o in self.systems},
+            "systems": {o: {k: v.to_dict() for k, v in per.items()} for o, per in self.systems.items()},
             "by_provenance": self.by_kind,
             "ablation": self.ablation,
             "cases": self.cases,
@@ -108,22 +118,29 @@ def evaluate(
     elif sklearn:
         notes.append("tf-idf baseline skipped: none of the model's training cases are in the given corpora")
     truth = [o.case.label for o in held]
-    scores: dict[str, metrics.Scores] = {}
-    for name in SYSTEMS:
-        if name in extra:
-            vs = extra[name]
-            ff = [(o.case.rank, v.rank) for o, v in zip(held, vs, strict=True)] if name != "classifier" else None
-            scores[name] = metrics.score(
-                truth, [v.label for v in vs], [v.ranked for v in vs], confidence=[v.confidence for v in vs], first=ff
-            )
-        elif name in verdicts:
-            scores[name] = metrics.score(truth, verdicts[name])
+    scores: dict[str, dict[str, metrics.Scores]] = {}
+    for origin in ORIGINS:
+        idx = [i for i, o in enumerate(held) if origin_of(o.case) == origin]
+        if not idx:
+            continue
+        scores[origin] = {}
+        t = [truth[i] for i in idx]
+        for name in SYSTEMS:
+            if name in extra:
+                vs = [extra[name][i] for i in idx]
+                ff = [(held[i].case.rank, v.rank) for i, v in zip(idx, vs, strict=True)] if name != "classifier" else None
+                scores[origin][name] = metrics.score(
+                    t, [v.label for v in vs], [v.ranked for v in vs], confidence=[v.confidence for v in vs], first=ff
+                )
+            elif name in verdicts:
+                scores[origin][name] = metrics.score(t, [verdicts[name][i] for i in idx])
     labels_of = {name: [v.label for v in vs] for name, vs in extra.items()} | verdicts
     by_kind = _by_kind(held, truth, labels_of)
     rows = [
         {
             "case": o.case.id,
             "kind": o.case.kind,
+            "origin": origin_of(o.case),
             "label": o.case.label,
             **{name: labels_of[name][i] for name in SYSTEMS if name in labels_of},
         }
@@ -220,20 +237,23 @@ def render(ev: Evaluation, *, width: int = 160) -> str:
     console.print(f"[bold]Held-out cases:[/] {ev.held_out}  (cases of training groups seen: {ev.trained_on})")
     for note in ev.notes:
         console.print(f"note: {note}")
-    t = Table(title="Systems on held-out cases", title_justify="left")
-    for col in ("system", "top-1", "top-3", "macro-F1", "first-failure rank", "ECE", "abstained"):
-        t.add_column(col, justify="left" if col == "system" else "right")
-    for name, sc in ev.systems.items():
-        ff = f"{sc.first_failure:.3f} (n={sc.first_failure_n})" if sc.first_failure is not None else "-"
-        t.add_row(name, f"{sc.accuracy:.3f}", _opt(sc.top3), f"{sc.macro_f1:.3f}", ff, _opt(sc.ece), _opt(sc.abstained))
-    console.print(t)
+    for origin, per in ev.systems.items():
+        n = next(iter(per.values())).n if per else 0
+        t = Table(title=f"Systems on held-out {origin} cases (n={n})", title_justify="left")
+        for col in ("system", "top-1", "top-3", "macro-F1", "first-failure rank", "ECE", "abstained"):
+            t.add_column(col, justify="left" if col == "system" else "right")
+        for name, sc in per.items():
+            ff = f"{sc.first_failure:.3f} (n={sc.first_failure_n})" if sc.first_failure is not None else "-"
+            t.add_row(name, f"{sc.accuracy:.3f}", _opt(sc.top3), f"{sc.macro_f1:.3f}", ff, _opt(sc.ece), _opt(sc.abstained))
+        console.print(t)
     t = Table(title="By provenance (top-1 / macro-F1)", title_justify="left")
     t.add_column("system")
     kinds = list(ev.by_kind)
     for k in kinds:
-        n = next(iter(ev.by_kind[k].values()))["n"]
-        t.add_column(f"{k} (n={n})", justify="right")
-    for name in ev.systems:
+        t.add_column(f"{k} (n={next(iter(ev.by_kind[k].values()))['n']:.0f})", justify="right")
+    for name in SYSTEMS:
+        if not any(name in ev.by_kind[k] for k in kinds):
+            continue
         t.add_row(
             name,
             *(
@@ -242,9 +262,11 @@ def render(ev: Evaluation, *, width: int = 160) -> str:
             ),
         )
     console.print(t)
-    if "fused" in ev.systems:
-        sc = ev.systems["fused"]
-        t = Table(title="Fused, per class", title_justify="left")
+    for origin, per in ev.systems.items():
+        if "fused" not in per:
+            continue
+        sc = per["fused"]
+        t = Table(title=f"Fused, per class, {origin} cases", title_justify="left")
         for col in ("label", "precision", "recall", "F1", "support", "confused with"):
             t.add_column(col, justify="left" if col in ("label", "confused with") else "right")
         for label, v in sc.per_class.items():

@@ -401,17 +401,24 @@ def _oof_metrics(clf: np.ndarray, fused: np.ndarray, y: np.ndarray, labels: Sequ
 
 
 def held_out_metrics(model: classify.Model, held: Sequence[Observation], ruleset: rulebook.RuleSet) -> dict[str, Any]:
-    """Top-line scores on the held-out split (the full report is `logsleuth eval`)."""
-    truth = [o.case.label for o in held]
+    """Top-line scores on the held-out split, real and synthetic cases apart (the full report is `logsleuth eval`)."""
     out: dict[str, Any] = {}
-    preds = [systems.predict(model, o) for o in held]
-    for name, verdicts in (
-        ("rules", [systems.rules_only(o, ruleset) for o in held]),
-        ("classifier", [systems.classifier_only(p) for p in preds]),
-        ("fused", [systems.fused(o, p, model, ruleset) for o, p in zip(held, preds, strict=True)]),
-    ):
-        sc = metrics.score(truth, [v.label for v in verdicts], [v.ranked for v in verdicts], confidence=[v.confidence for v in verdicts])
-        out[name] = {"accuracy": sc.accuracy, "top3": sc.top3, "macro_f1": sc.macro_f1, "ece": sc.ece}
+    for origin in ("real", "synthetic"):
+        part = [o for o in held if ("synthetic" if o.case.kind == "synthetic" else "real") == origin]
+        if not part:
+            continue
+        truth = [o.case.label for o in part]
+        preds = [systems.predict(model, o) for o in part]
+        out[origin] = {"n": len(part)}
+        for name, verdicts in (
+            ("rules", [systems.rules_only(o, ruleset) for o in part]),
+            ("classifier", [systems.classifier_only(p) for p in preds]),
+            ("fused", [systems.fused(o, p, model, ruleset) for o, p in zip(part, preds, strict=True)]),
+        ):
+            sc = metrics.score(
+                truth, [v.label for v in verdicts], [v.ranked for v in verdicts], confidence=[v.confidence for v in verdicts]
+            )
+            out[origin][name] = {"accuracy": sc.accuracy, "top3": sc.top3, "macro_f1": sc.macro_f1, "ece": sc.ece}
     return out
 
 
