@@ -5,7 +5,7 @@ NCCL init chatter (version, bootstrap, channels, Init COMPLETE), training
 progress and periodic warnings from every rank under `srun --label` and
 torchrun's `--tee` prefixes, then a failure cascade at the end: one rank
 raises, the others' watchdogs time out, torchrun tears down, srun reports.
-Line formats follow shared/log-formats.md and real runs of torch 2.13.
+Line formats follow docs/log-formats.md and real runs of torch 2.13.
 
 The cascade is the same for every size with the same ranks and seed, so the
 verdict on a 4 GB file can be compared with the verdict on a small one.

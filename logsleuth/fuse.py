@@ -31,7 +31,7 @@ from datetime import datetime
 import polars as pl
 
 from .classify import Fusion, Model, ModelError, Prediction, softmax
-from .reason import FAILURE_KINDS, Candidate, Reasoning
+from .reason import STRONG, Candidate, Reasoning, failure_signals
 
 #: What the fusion network reads per label, in column order (the last seven are the same for every label).
 #: ``proposed``: a rule candidate's category, one of the classifier's top three, none or unknown; the
@@ -156,6 +156,12 @@ def constrain(probs: dict[str, float], reasoning: Reasoning) -> tuple[dict[str, 
     """
     lead = reasoning.candidates[0] if reasoning.candidates else None
     out = dict(probs)
+    if lead is None and reasoning.failed and "none" in out and "unknown" in out:
+        out["unknown"] += out.pop("none")  # something failed, though no rule says what: never an all-clear
+        return out, []
+    if lead is None and not reasoning.failed and reasoning.handled and "none" in out:
+        # the only errors were exceptions the process survived: the run went on, nothing failed
+        return {label: (1.0 if label == "none" else 0.0) for label in out}, []
     if lead is None or lead.role == "consequence" or lead.category == "none":
         return out, []
     if lead.category == "unknown":
@@ -166,6 +172,12 @@ def constrain(probs: dict[str, float], reasoning: Reasoning) -> tuple[dict[str, 
     explained = list(dict.fromkeys(c.category for c in reasoning.candidates if c.category not in leading and c.category in out))
     for label in explained:
         out[lead.category] = out.get(lead.category, 0.0) + out.pop(label)
+    if lead.role == "primary" and lead.rules and lead.weight >= STRONG:
+        # a cause strong primary rules establish on the failing rank is not overturned by the
+        # classifier alone: a label no rule proposes that outscores it counts for it
+        ruled = {c.category for c in reasoning.candidates}
+        for label in [k for k, p in out.items() if k not in ruled and k != lead.category and p > out.get(lead.category, 0.0)]:
+            out[lead.category] = out.get(lead.category, 0.0) + out.pop(label)
     return out, explained
 
 
@@ -219,8 +231,7 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
 
 def _failures(events: pl.DataFrame) -> list[int]:
     """Events that show a process or the job failed: the evidence of an unknown verdict."""
-    failing = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
-    return [int(e) for e in events.with_row_index("eid").filter(failing).get_column("eid").head(50)]
+    return [int(e) for e in events.with_row_index("eid").filter(failure_signals(events)).get_column("eid").head(50)]
 
 
 def _ranks(events: pl.DataFrame, eids: list[int]) -> list[int]:

@@ -11,6 +11,7 @@ Bad input never raises: every problem becomes a message in the input's
 
 from __future__ import annotations
 
+import codecs
 import collections
 import functools
 import glob
@@ -345,6 +346,8 @@ def _blocks(
     skipping = False  # inside a cut line: drop bytes until its newline
     read_total = 0
     limit = MAX_LINE_CHARS * 4 + 4  # bytes: enough for MAX_LINE_CHARS of any UTF-8
+    decoder: codecs.IncrementalDecoder | None = None
+    cr_only = False
     while True:
         if deadline is not None and time.monotonic() > deadline:
             info.problems.append(f"time budget ran out after {read_total} bytes; the rest of this input was not read")
@@ -354,7 +357,22 @@ def _blocks(
             info.problems.append(problem.format(read_total + len(chunk)))
         if not chunk:
             break
+        first = not read_total
+        if first:  # the first block: how the text is encoded and how its lines end
+            encoding, skip = sniff_encoding(chunk[:4096])
+            if encoding is not None:
+                decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+                info.problems.append(f"text encoded as {encoding.upper()}; read as such")
+            read_total += skip
+            chunk = chunk[skip:]
         read_total += len(chunk)
+        if decoder is not None:
+            chunk = decoder.decode(chunk).encode("utf-8")
+        if first and b"\n" not in chunk and chunk.count(b"\r") > 1:
+            cr_only = True
+            info.problems.append("lines end in carriage returns only; read as line breaks")
+        if cr_only:
+            chunk = chunk.replace(b"\r", b"\n")
         if skipping:
             nl = chunk.find(b"\n")
             if nl < 0:
@@ -369,14 +387,48 @@ def _blocks(
             whole = carry + body if carry else bytes(body)
             carry = chunk[nl + 1 :]
         if len(carry) > limit:
-            carry = carry[:limit]
-            skipping = True
+            redraw = carry.rfind(b"\r", 0, len(carry) - 1)
+            if 0 < redraw and len(carry) - redraw <= limit:
+                carry = carry[redraw:]  # a progress bar redrawn with carriage returns: keep what was drawn last
+            else:
+                carry = carry[:limit]
+                skipping = True
         if whole:
             yield whole
     if info.file == _STDIN:
         info.bytes = read_total
     if carry:
         yield carry + b"\n"
+
+
+#: Byte-order marks, longest first (the UTF-32 LE mark starts with the UTF-16 LE one).
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, None),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def sniff_encoding(head: bytes) -> tuple[str | None, int]:
+    """(encoding to decode with, or None for UTF-8; bytes of byte-order mark to skip).
+
+    PowerShell's ``>`` and ``Tee-Object`` and some Windows tools write logs as UTF-16
+    with a byte-order mark; without one, ASCII text in UTF-16 shows as every other
+    byte NUL.
+    """
+    for bom, encoding in _BOMS:
+        if head.startswith(bom):
+            return encoding, len(bom)
+    sample = head[:1024] if len(head) % 2 == 0 else head[: min(1024, len(head) - 1)]
+    if len(sample) >= 16:
+        even, odd = sample[0::2], sample[1::2]
+        if odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
+            return "utf-16-le", 0
+        if even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
+            return "utf-16-be", 0
+    return None, 0
 
 
 def _read_block(stream: IO[bytes], compressed: bool) -> tuple[bytes, str | None]:
@@ -456,7 +508,8 @@ def _clean(lines: pl.DataFrame) -> pl.DataFrame:
         pl.col("raw")
         .str.replace_all(_ANSI, "")
         .str.replace_all("\x00", "", literal=True)
-        .str.replace_all("\r", " ", literal=True)
+        .str.strip_chars_end("\r")
+        .str.replace(r"^.*\r", "")  # a line redrawn with carriage returns (a progress bar): what was drawn last
         .str.slice(0, MAX_LINE_CHARS)
     )
 

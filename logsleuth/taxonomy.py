@@ -1,4 +1,4 @@
-"""The root-cause ids of the contract (shared/taxonomy.md). Never rename one.
+"""The root-cause ids of the contract (docs/taxonomy.md). Never rename one.
 
 Finer causes live in rules/causes.toml and name one of these as their parent.
 """

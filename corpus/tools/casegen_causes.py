@@ -4,7 +4,7 @@ A wording family ("variant") is one way a cause reaches the logs: a PyTorch
 release's message, an NCCL release's WARN, a wrapper framework's re-raise. Cases
 of one variant share a corpus group, so an evaluation that holds a group out
 measures a wording the model never saw. Strings come from the catalogue in
-wt-public/docs/message-catalogue.md and shared/log-formats.md.
+docs/message-catalogue.md and docs/log-formats.md.
 """
 
 from __future__ import annotations

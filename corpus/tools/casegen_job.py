@@ -4,8 +4,8 @@ casegen.py's scenarios describe *what* happens (a rank runs out of GPU memory, t
 others time out); this module decides *how it reads*: which launcher and
 PyTorch/NCCL/SLURM release wrote each line, which prefixes stack on it, which
 files it lands in, how ranks interleave, and what harmless noise surrounds it.
-Every format here is taken from the sources listed in shared/log-formats.md and
-wt-public/docs/message-catalogue.md (strings verified in the PyTorch wheels, the
+Every format here is taken from the sources listed in docs/log-formats.md and
+docs/message-catalogue.md (strings verified in the PyTorch wheels, the
 NCCL and SLURM release tags); version boundaries follow those notes.
 """
 

@@ -5,7 +5,7 @@ For what a CPU machine cannot run: NCCL on GPUs, many nodes, hundreds of ranks,
 gigabytes of output. One rank (or node) fails in a chosen way and every other
 rank prints what real victims print: NCCL watchdog timeouts with SeqNum/OpType/
 NumelIn, remote-error aborts, the launcher's teardown and failure tables, srun's
-exit lines. Line formats are the real ones (shared/log-formats.md; NCCL
+exit lines. Line formats are the real ones (docs/log-formats.md; NCCL
 src/debug.cc, init.cc, bootstrap.cc and net_socket.cc at the versions named;
 ProcessGroupNCCL.cpp strings as printed by PyTorch 2.6-2.7; torchrun's
 elastic/multiprocessing; SLURM's srun/slurmstepd).
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from logsleuth.hostlist import collect_ranges
 
-#: failure -> (label, what happens); the label is a taxonomy id (shared/taxonomy.md).
+#: failure -> (label, what happens); the label is a taxonomy id (docs/taxonomy.md).
 FAILURES: dict[str, tuple[str, str]] = {
     "none": ("none", "a clean run: training finishes"),
     "exception": ("user_code_error", "the culprit rank raises a ValueError in user code; peers see NCCL remote errors"),

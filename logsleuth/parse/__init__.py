@@ -125,6 +125,13 @@ KEYWORDS: tuple[str, ...] = (
     "ersion",
 )
 
+#: A process's exit status as shells, IDEs, subprocess and job tools print it on a line of its own:
+#: "exit status 1", "exited with code 139", "Process finished with exit code 1",
+#: "returned non-zero exit status 2", "exit code: -9". (Launcher and SLURM forms have their own parsers.)
+_EXIT_STATUS = r"(?i)\b(?:exit(?:ed)?(?: with)?(?: exit)? ?(?:code|status)|exitcode|non-zero exit status|return ?code)\s*[:=]?\s*(-?\d+)\b"
+#: Allocators that abort the process when memory runs out (Rust's std, C++ new_handler wrappers).
+_ALLOC_ABORT = r"memory allocation of \d+ bytes failed"
+
 _ERRORISH = r"(?i)\b(?:error|exception|fatal|failed|failure|killed|abort(?:ed|ing)?|segmentation fault|cannot|unable to)\b"
 _WARNISH = r"(?i)\bwarn(?:ing)?\b"
 
@@ -151,10 +158,12 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         .then(pl.lit("warning"))
         .otherwise(pl.lit("info"))
     )
+    plain = pl.col("kind").is_null()
     df = df.with_columns(
         pl.col("kind").fill_null("line"),
-        pl.col("level").fill_null(level),
+        pl.when(plain & msg.str.contains(_ALLOC_ABORT)).then(pl.lit("fatal")).otherwise(pl.col("level").fill_null(level)).alias("level"),
         pl.col("source").fill_null("app"),
+        pl.when(plain).then(msg.str.extract(_EXIT_STATUS, 1).cast(pl.Int32, strict=False)).otherwise(pl.col("exit_code")).alias("exit_code"),
     ).filter((pl.col("kind") != "line") | ~msg.str.contains(r"^\s*(?:[=\-*#~_]{5,}\s*)?$"))
     df = pl.concat([df, tracebacks, failures], how="diagonal_relaxed")
     df = torch.enrich(df)

@@ -24,6 +24,10 @@ EXCEPTION = (
     r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout|Iteration|Abort|Fault|Empty)"
     r"|KeyboardInterrupt|SystemExit|StopIteration|c10::\w+)(?::\s?(.*))?$"
 )
+#: The header ends its line; text before it is another writer's output the header was glued to
+#: (a progress bar redrawn without a newline, a message printed with ``end=""``).
+#: (torchrun's failure table writes ``traceback : Traceback ...``: its own field, folded by parse.torch.)
+_HEADER_AT_END = r"(?:^|[^:\s]\s*)" + re.escape(HEADER) + r"\s*$"
 _LOOSE = r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(.*))?$"
 
 
@@ -37,7 +41,7 @@ def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     Only streams that print a traceback header are folded.
     """
-    inside, others = streams_with(df, "^" + re.escape(HEADER))
+    inside, others = streams_with(df, _HEADER_AT_END)
     if inside.is_empty():
         return df, df.clear()
     rest, folded = _fold(inside)
@@ -49,7 +53,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     msg = pl.col("msg")
     foreign = pl.col("origin").is_not_null() | msg.str.contains(_FOREIGN)
     t = df.sort("stream", "line").with_columns(
-        msg.str.starts_with(HEADER).alias("_hdr"),
+        msg.str.contains(_HEADER_AT_END).alias("_hdr"),
         msg.str.contains(_FRAME).alias("_frame"),
         msg.str.contains(_CHAIN).alias("_chain"),
     )

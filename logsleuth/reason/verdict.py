@@ -49,6 +49,36 @@ FAILURE_KINDS = (
     "slurm_memory_error",
     "slurm_node_failure",
 )
+#: Messages that end a run without being a failure in themselves (interpreter shutdown noise).
+_SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
+
+
+def failure_signals(events: pl.DataFrame) -> pl.Series:
+    """Per event: does it show that something failed, whether or not a rule explains it?
+
+    A job reads as ``none`` only when no event does. Besides the failure kinds
+    (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
+    line of its own, an NCCL error return (``init.cc:1234 -> 2``), a fatal line
+    (an allocator abort) and an error line that ends its file (a log cut right
+    after its error) all count.
+    """
+    if events.is_empty():
+        return pl.Series("failure", [], dtype=pl.Boolean)
+    kind, level = pl.col("kind"), pl.col("level")
+    last = pl.col("line") == pl.col("line").max().over("file")
+    ends_in_error = (
+        last & kind.is_in(["line", "exception"]) & (level == "error") & ~pl.col("message").str.contains(_SHUTDOWN_NOISE).fill_null(False)
+    )
+    signal = (
+        (kind.is_in(FAILURE_KINDS) & level.is_in(["error", "fatal"]))
+        | ((kind == "nccl_unwind") & (pl.col("exit_code").fill_null(0) != 0))
+        | ((kind == "line") & (pl.col("exit_code").fill_null(0) != 0))
+        | (level == "fatal")
+        | ends_in_error
+    )
+    return events.select(signal.fill_null(False).alias("failure")).to_series()
+
+
 #: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
 EXIT_KINDS = ("child_failed", "agent_worker_failed", "srun_exit")
 #: What a rank says about its own failure (its exit record then only summarises it).
@@ -150,6 +180,7 @@ class Reasoning:
     ordering: str = "line-order"
     ordering_note: str = ""
     offsets: dict[str, float] = field(default_factory=dict)
+    handled: list[int] = field(default_factory=list)  # exceptions the process survived (events it kept working after)
 
 
 def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
@@ -162,12 +193,28 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     tl = timeline.build(events, focus.get_column("eid"))
     ev = ev.join(tl.order, on="eid", how="left").join(best, on="eid", how="left")
     ev = _read_exits(ev, events)
+    signals = failure_signals(events)
+    handled: list[int] = []
     if _launcher_saw_no_failure(ev):
         # an error the job survived (a caught, logged exception): the launcher reported no death
         ev = ev.with_columns(pl.lit(False).alias("unexplained"), (pl.col("role") == "primary").fill_null(False).alias("own"))
         failed = bool(best.filter(pl.col("hit_role") != "context").height)
     else:
-        failed = bool(events.filter(is_failure).height) or bool(best.filter(pl.col("hit_role") != "context").height)
+        handled = _handled(ev)
+        if handled:
+            # a traceback after which the same process kept working: logged and survived, a note
+            where = ev.filter(pl.col("eid").is_in(handled)).select("file", "line").row(0)
+            notes.append(
+                f"{len(handled)} exception(s) were handled: the process kept working after them (first at {where[0]}:{where[1]})"
+            )
+            ev = ev.with_columns(
+                pl.when(pl.col("eid").is_in(handled)).then(pl.lit("context")).otherwise(pl.col("role")).alias("role"),
+                pl.when(pl.col("eid").is_in(handled)).then(pl.lit("handled: the process kept working")).otherwise(pl.col("why")).alias("why"),
+                pl.col("unexplained") & ~pl.col("eid").is_in(handled),
+                pl.col("own") & ~pl.col("eid").is_in(handled),
+            )
+        live = signals & ~events.with_row_index("eid").get_column("eid").is_in(handled)
+        failed = bool(live.any()) or bool(best.filter((pl.col("hit_role") != "context") & ~pl.col("eid").is_in(handled)).height)
 
     attributed = _attributed(ev, events)
     failing = set(attributed.filter(pl.col("own")).get_column("rank").unique().to_list())
@@ -217,6 +264,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         ordering=tl.ordering,
         ordering_note=tl.note,
         offsets=tl.offsets,
+        handled=handled,
     )
 
 
@@ -237,6 +285,33 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
         pl.col("line").filter(failure).max().alias("_err"), pl.col("line").filter(ordinary).max().alias("_ok")
     )
     return per_file.filter(pl.col("_err").is_not_null() & (pl.col("_ok").is_null() | (pl.col("_ok") < pl.col("_err")))).is_empty()
+
+
+def _handled(ev: pl.DataFrame) -> list[int]:
+    """Tracebacks the process survived: no process of the job died, and the same rank (or, in
+    single-process output, the same file) went on with ordinary output after each of them.
+
+    Where several ranks write to one file without rank prefixes, an unranked traceback
+    cannot be tied to the process that kept printing, so it is never read as handled.
+    """
+    if not ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty():
+        return []
+    ranked_files = ev.filter(pl.col("rank").is_not_null()).get_column("file").unique().to_list()
+    multi_rank = ev.get_column("rank").drop_nulls().n_unique() > 1
+    ordinary = ev.filter((pl.col("kind") == "line") & (pl.col("level") == "info")).group_by("file", "rank").agg(
+        pl.col("line").max().alias("_last_ok")
+    )
+    tb = ev.filter(pl.col("kind").is_in(["traceback", "exception"]) & pl.col("level").is_in(["error", "fatal"]))
+    if tb.is_empty():
+        return []
+    joined = tb.join(ordinary, on=["file", "rank"], how="left", nulls_equal=True)
+    ok = (pl.col("_last_ok") > pl.col("line")).fill_null(False) & (
+        pl.col("rank").is_not_null() | (~pl.col("file").is_in(ranked_files) & pl.lit(not multi_rank))
+    )
+    handled = joined.filter(ok).get_column("eid")
+    # every error of the job must be survived for any to count as handled
+    others = ev.filter(pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"]) & ~pl.col("eid").is_in(handled))
+    return [] if not others.is_empty() else [int(e) for e in handled.to_list()]
 
 
 def _best_hits(hits: pl.DataFrame) -> pl.DataFrame:

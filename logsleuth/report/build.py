@@ -11,7 +11,7 @@ import polars as pl
 
 from logsleuth.hostlist import collect_ranges
 from logsleuth.ingest import InputInfo
-from logsleuth.reason import EVIDENCE_LIMIT, FAILURE_KINDS, Candidate, Reasoning
+from logsleuth.reason import EVIDENCE_LIMIT, Candidate, Reasoning, failure_signals
 from logsleuth.rulebook import Rule, RuleSet
 from logsleuth.taxonomy import TAXONOMY
 
@@ -204,12 +204,7 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
     if lead is not None:
         failures = lead.eids
     else:
-        failures = (
-            events.with_row_index("eid")
-            .filter(pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"]))
-            .get_column("eid")
-            .to_list()
-        )
+        failures = events.with_row_index("eid").filter(failure_signals(events)).get_column("eid").to_list()
     if lead is not None and lead.category in ("none", "unknown"):
         category = lead.category
     else:

@@ -1,6 +1,6 @@
 """The Report: what every output format renders, and the JSON contract.
 
-Field names in ``to_dict()`` follow shared/report-contract.md exactly
+Field names in ``to_dict()`` follow docs/report-contract.md exactly
 (schema_version, verdict{cause, category, confidence, first_failure, evidence,
 summary, fix}, candidates, inputs); everything else is additional.
 """

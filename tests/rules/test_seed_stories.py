@@ -1,4 +1,4 @@
-"""The five founding stories (shared/seed-stories.md): each cause is recognised
+"""The five founding stories (docs/seed-stories.md): each cause is recognised
 from a representative line and explained with the fixes the story names."""
 
 from __future__ import annotations

@@ -1,0 +1,125 @@
+"""`none` only on evidence: a failure no rule explains is `unknown` with its lines, and an
+exception the process survived is a note, not the verdict (issue 13, point 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import logsleuth
+
+_PROGRESS = "\n".join(f"epoch 1 | step {s} | loss {2.0 - s / 100:.3f} | lr 3.0e-04" for s in range(10, 60, 10))
+
+
+def _verdict(tmp_path: Path, text: str, name: str = "train.log") -> logsleuth.Report:
+    (tmp_path / name).write_text(text + "\n", encoding="utf-8")
+    return logsleuth.analyze([str(tmp_path / name)])
+
+
+def test_nccl_error_returns_that_no_rule_explains_read_as_unknown_not_as_a_clean_run(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "gpu-a01:2081:2081 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                "gpu-a01:2081:2133 [0] NCCL INFO misc/socket.cc:484 -> 2",
+                "gpu-a01:2081:2133 [0] NCCL INFO bootstrap.cc:76 -> 2",
+                "gpu-a01:2081:2133 [0] NCCL INFO init.cc:1234 -> 2",
+            ]
+        ),
+    )
+    assert report.verdict.category == "unknown"
+    assert any("-> 2" in e.text for e in report.verdict.evidence)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Process finished with exit code 1",
+        "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 2.",
+        "job exited with code 139",
+        "exit status 1",
+    ],
+)
+def test_a_non_zero_exit_status_is_a_failure(tmp_path: Path, line: str) -> None:
+    report = _verdict(tmp_path, f"{_PROGRESS}\n{line}")
+    assert report.verdict.category != "none"
+
+
+def test_an_exit_status_of_zero_is_not_a_failure(tmp_path: Path) -> None:
+    report = _verdict(tmp_path, f"{_PROGRESS}\ntraining done\nProcess finished with exit code 0")
+    assert report.verdict.category == "none"
+
+
+def test_an_allocator_abort_is_a_failure(tmp_path: Path) -> None:
+    report = _verdict(tmp_path, f"{_PROGRESS}\nmemory allocation of 34359738368 bytes failed")
+    assert report.verdict.category != "none"
+    assert any("memory allocation of" in e.text for e in report.verdict.evidence)
+
+
+def test_a_log_cut_right_after_an_error_line_is_not_an_all_clear(tmp_path: Path) -> None:
+    report = _verdict(tmp_path, f"{_PROGRESS}\nERROR: could not open shard 17 of the training set")
+    assert report.verdict.category != "none"
+
+
+def test_a_traceback_the_process_survived_is_a_note_and_the_run_reads_clean(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                _PROGRESS,
+                "Traceback (most recent call last):",
+                '  File "/home/user/proj/data.py", line 88, in __getitem__',
+                "    img = Image.open(path)",
+                "OSError: image file is truncated (5 bytes not processed)",
+                "skipping sample 20391",
+                *(f"epoch 1 | step {s} | loss 1.2 | lr 3.0e-04" for s in range(60, 90, 10)),
+                "Training complete.",
+            ]
+        ),
+    )
+    assert report.verdict.category == "none"
+    assert any("handled" in n for n in report.notes)
+
+
+def test_a_ranked_traceback_followed_by_progress_of_the_same_rank_is_handled(tmp_path: Path) -> None:
+    lines = [f"[rank{r}]: epoch 1 step 10 loss 1.5" for r in (0, 1)]
+    lines += [
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "/home/user/proj/train.py", line 40, in log_metrics',
+        "[rank1]:     wandb.log(metrics)",
+        "[rank1]: ConnectionError: wandb upload timed out",
+    ]
+    lines += [f"[rank{r}]: epoch 1 step 20 loss 1.4" for r in (0, 1)]
+    report = _verdict(tmp_path, "\n".join(lines))
+    assert report.verdict.category == "none"
+
+
+def test_an_unranked_traceback_in_a_multi_rank_log_is_not_taken_for_a_handled_one(tmp_path: Path) -> None:
+    lines = [f"[rank{r}]: epoch 1 step 10 loss 1.5" for r in (0, 1)]
+    lines += [
+        "Traceback (most recent call last):",
+        '  File "/home/user/proj/train.py", line 61, in <module>',
+        "    batch = next(it)",
+        "KeyError: 'labels'",
+    ]
+    lines += ["[rank0]: epoch 1 step 20 loss 1.4"]
+    report = _verdict(tmp_path, "\n".join(lines))
+    assert report.verdict.category != "none"
+
+
+def test_a_traceback_is_not_handled_when_the_same_rank_then_dies(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                _PROGRESS,
+                "Traceback (most recent call last):",
+                '  File "/home/user/proj/train.py", line 61, in <module>',
+                "    batch = next(it)",
+                "KeyError: 'labels'",
+            ]
+        ),
+    )
+    assert report.verdict.category == "user_code_error"
