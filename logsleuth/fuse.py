@@ -162,6 +162,9 @@ def constrain(probs: dict[str, float], reasoning: Reasoning) -> tuple[dict[str, 
     if lead is None and not reasoning.failed and reasoning.handled and "none" in out:
         # the only errors were exceptions the process survived: the run went on, nothing failed
         return {label: (1.0 if label == "none" else 0.0) for label in out}, []
+    if lead is not None and reasoning.failed and lead.category not in ("none", "unknown") and "none" in out:
+        # the job failed and the rules say how: "nothing failed" can only count for that
+        out[lead.category] = out.get(lead.category, 0.0) + out.pop("none")
     if lead is None or lead.role == "consequence" or lead.category == "none":
         return out, []
     if lead.category == "unknown":

@@ -148,7 +148,18 @@ def test_the_constraint_moves_probability_and_keeps_it_a_distribution() -> None:
     probs = fuse.fused_probs(r, prediction({"peer_failure": 0.9}), model())
     kept, explained = fuse.constrain(probs, r)
     assert explained == ["peer_failure"] and "peer_failure" not in kept
-    assert kept["user_code_error"] == probs["user_code_error"] + probs["peer_failure"]
+    # the job failed and the rules say how: the victims' category and "nothing failed" count for the lead
+    assert "none" not in kept
+    assert kept["user_code_error"] >= probs["user_code_error"] + probs["peer_failure"] + probs["none"] - 1e-12
+    assert abs(sum(kept.values()) - 1) < 1e-9
+
+
+def test_a_label_no_rule_proposes_does_not_overturn_a_strong_primary_rule() -> None:
+    ev, r = reasoned(OOM_JOB)
+    assert r.candidates[0].category == "cuda_oom" and r.candidates[0].weight >= 0.5
+    probs = fuse.fused_probs(r, prediction({"disk_full": 0.97}), model())
+    kept, _ = fuse.constrain(probs, r)
+    assert max(kept, key=lambda k: kept[k]) == "cuda_oom"
     assert abs(sum(kept.values()) - 1) < 1e-9
 
 

@@ -79,8 +79,9 @@ def evaluate(
     ablation: bool = True,
     sklearn: bool = True,
     progress: Callable[[str], None] | None = None,
+    groups: Sequence[str] | None = None,
 ) -> Evaluation:
-    """Score every system on the held-out cases of ``corpora``."""
+    """Score every system on the held-out cases of ``corpora`` (only those of ``groups`` when given)."""
     say = progress or (lambda _msg: None)
     notes: list[str] = []
     model = classify.load(model_path)
@@ -93,7 +94,7 @@ def evaluate(
         cfg = model.features
         trained = set(model.meta.get("training_data", {}).get("train_groups", []))
     cases = find_cases(corpora)
-    held_cases = [c for c in cases if c.group not in trained]
+    held_cases = [c for c in cases if c.group not in trained and (groups is None or c.group in groups)]
     train_cases = [c for c in cases if c.group in trained]
     if not held_cases:
         raise ValueError("every case is in the model's training groups: nothing is held out")

@@ -326,6 +326,7 @@ def train(
             "sha256": corpus_hash(train_cases),
             "held_out_sha256": corpus_hash(test_cases),
             "train_groups": sorted({c.group for c in train_cases}),
+            "held_out_groups": sorted({c.group for c in test_cases}),
             "per_label": {label: sum(c.label == label for c in train_cases) for label in labels},
             "per_kind": {kind: sum(c.kind == kind for c in train_cases) for kind in sorted({c.kind for c in train_cases})},
         },

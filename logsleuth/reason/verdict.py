@@ -287,9 +287,16 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
     return per_file.filter(pl.col("_err").is_not_null() & (pl.col("_ok").is_null() | (pl.col("_ok") < pl.col("_err")))).is_empty()
 
 
+#: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
+_PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
+
+
 def _handled(ev: pl.DataFrame) -> list[int]:
     """Tracebacks the process survived: no process of the job died, and the same rank (or, in
-    single-process output, the same file) went on with ordinary output after each of them.
+    single-process output, the same file) went on making progress (steps, epochs, loss) after each.
+
+    Only whole tracebacks count: a bare exception line with text after it is usually a
+    pasted fragment whose message runs on over several lines, not a survived error.
 
     Where several ranks write to one file without rank prefixes, an unranked traceback
     cannot be tied to the process that kept printing, so it is never read as handled.
@@ -298,10 +305,9 @@ def _handled(ev: pl.DataFrame) -> list[int]:
         return []
     ranked_files = ev.filter(pl.col("rank").is_not_null()).get_column("file").unique().to_list()
     multi_rank = ev.get_column("rank").drop_nulls().n_unique() > 1
-    ordinary = ev.filter((pl.col("kind") == "line") & (pl.col("level") == "info")).group_by("file", "rank").agg(
-        pl.col("line").max().alias("_last_ok")
-    )
-    tb = ev.filter(pl.col("kind").is_in(["traceback", "exception"]) & pl.col("level").is_in(["error", "fatal"]))
+    progress = (pl.col("kind") == "line") & (pl.col("level") == "info") & pl.col("message").str.contains(_PROGRESS)
+    ordinary = ev.filter(progress).group_by("file", "rank").agg(pl.col("line").max().alias("_last_ok"))
+    tb = ev.filter((pl.col("kind") == "traceback") & pl.col("level").is_in(["error", "fatal"]))
     if tb.is_empty():
         return []
     joined = tb.join(ordinary, on=["file", "rank"], how="left", nulls_equal=True)

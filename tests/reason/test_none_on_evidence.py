@@ -123,3 +123,22 @@ def test_a_traceback_is_not_handled_when_the_same_rank_then_dies(tmp_path: Path)
         ),
     )
     assert report.verdict.category == "user_code_error"
+
+
+def test_an_exception_line_pasted_with_its_message_continuation_is_not_a_handled_exception(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "RuntimeError: CUDA error: invalid device ordinal\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+    )
+    assert report.verdict.category == "device_misassignment"
+
+
+def test_a_weak_rule_on_a_failed_job_is_not_turned_into_an_all_clear_by_the_classifier(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "C:\\Python39\\lib\\site-packages\\torch\\distributed\\distributed_c10d.py:613: UserWarning: Attempted to get default "
+        "timeout for nccl backend, but NCCL support is not compiled\n"
+        '  warnings.warn("Attempted to get default timeout for nccl backend, but NCCL support is not compiled")',
+    )
+    assert report.verdict.category == "backend_unavailable"
