@@ -277,6 +277,45 @@ def rules_check(
     typer.echo(f"ok: {len(ruleset.rules)} rules, {len(ruleset.causes)} causes, {n_ex} examples")
 
 
+@rules_app.command("coverage")
+def rules_coverage(
+    rules: RulesOpt = None,
+    catalogue: Annotated[
+        list[Path] | None,
+        typer.Option("--catalogue", help="Message catalogue folder or file (repeatable); default: the built-in catalogue."),
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    min_share: Annotated[
+        float | None,
+        typer.Option("--min-share", help="Exit 1 when the share of error-level messages mapped is below this (0-1)."),
+    ] = None,
+) -> None:
+    """Run every catalogue message's sample through the rules: the share mapped per source, and the unmapped ones.
+
+    Exits 0 whatever the share, unless --min-share is given and not met (1); invalid rules or
+    catalogue files exit 2.
+    """
+    import json
+
+    from .coverage import CatalogueError, error_share, evaluate, load_catalogue, render_json, render_text
+    from .rulebook import RuleError, load
+
+    if fmt not in ("text", "json"):
+        _err(f"unknown format {fmt!r} (text or json)")
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        ruleset = load(rules or ())
+        messages = load_catalogue(catalogue or (), rules=ruleset)
+    except (RuleError, CatalogueError) as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    result = evaluate(messages, ruleset)
+    typer.echo(json.dumps(render_json(result), indent=2) if fmt == "json" else render_text(result))
+    if min_share is not None and error_share(result) < min_share:
+        _err(f"{error_share(result):.1%} of error-level messages mapped, below --min-share {min_share:.1%}")
+        raise typer.Exit(EXIT_FAIL_ON)
+
+
 @app.command()
 def explain(
     what: Annotated[str, typer.Argument(help="A cause id (e.g. port_in_use) or a rule id (e.g. RDZ001).")],

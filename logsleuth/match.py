@@ -135,11 +135,14 @@ def _defer(hits: pl.DataFrame, events: pl.DataFrame, deferred: list[str]) -> pl.
     """Demote deferred hits (how a process ended: SIGABRT, SIGKILL, ...) to consequences
     on ranks that also show another failure: a process dies once, after everything it
     reported, so its own earlier error (or the watchdog timeout it aborted on) is the
-    better explanation. Ranks are compared as the parsers left them; a hit without a
-    rank is left alone.
+    better explanation. Ranks are compared as the parsers left them; hits without a
+    rank are compared within their file (a pasted single-process log, NCCL's generic
+    "unhandled cuda error" explained by its own "Last error:" line).
     """
+    eids = hits.get_column("eid")
+    rank = events.get_column("rank").gather(eids).cast(pl.String)
     ranked = hits.with_columns(
-        events.get_column("rank").gather(hits.get_column("eid")).alias("_rank"),
+        pl.when(rank.is_null()).then(pl.lit("file:") + events.get_column("file").gather(eids)).otherwise(rank).alias("_rank"),
         pl.col("rule").is_in(deferred).alias("_deferred"),
     )
     explained = (

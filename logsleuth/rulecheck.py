@@ -10,7 +10,7 @@ hundreds of rules costs one pipeline run, not one per example.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import polars as pl
 import regex
@@ -44,14 +44,29 @@ def example_results(rules: RuleSet) -> dict[ExampleKey, bool]:
                 texts[(rule.id, kind, i)] = text
     if not texts:
         return {}
-    names = {key: f"<example {n}>" for n, key in enumerate(texts)}
+    keys = list(texts)
+    hits = texts_hits([texts[key] for key in keys], rules)
+    hit = {(keys[i], rule) for i, rule in zip(hits.get_column("text").to_list(), hits.get_column("rule").to_list(), strict=True)}
+    return {key: (key, key[0]) in hit for key in keys}
+
+
+def texts_hits(texts: Sequence[str], rules: RuleSet) -> pl.DataFrame:
+    """Every rule hit on every text (each a log excerpt parsed as its own file), in one pipeline run.
+
+    Returns the hits table of :func:`match.match` plus ``text``, the index of the text the
+    hit's event came from. Rule examples and the message catalogue (``logsleuth rules
+    coverage``) both go through here.
+    """
+    if not texts:
+        return pl.DataFrame(schema={**match.HITS_SCHEMA, "text": pl.UInt32()})
+    names = [f"<example {n}>" for n in range(len(texts))]
     keywords = [*parse.KEYWORDS, *rules.keywords]
-    lines = pl.concat([ingest.ingest_text(text, keywords, name=names[key], tail=False).lines for key, text in texts.items()])
-    events = parse.build(lines, dict.fromkeys(names.values(), 2026))
+    lines = pl.concat([ingest.ingest_text(text, keywords, name=name, tail=False).lines for name, text in zip(names, texts, strict=True)])
+    events = parse.build(lines, dict.fromkeys(names, 2026))
     hits = match.match(events, rules)
+    index = {name: n for n, name in enumerate(names)}
     files = events.get_column("file").gather(hits.get_column("eid")).to_list()
-    hit = set(zip(files, hits.get_column("rule").to_list(), strict=True))
-    return {key: (names[key], key[0]) in hit for key in texts}
+    return hits.with_columns(pl.Series("text", [index[f] for f in files], dtype=pl.UInt32()))
 
 
 def check(rules: RuleSet) -> list[str]:

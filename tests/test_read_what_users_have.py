@@ -43,7 +43,7 @@ def test_a_log_written_by_windows_tools_is_read_with_its_lines_where_they_are(tm
 
 
 def test_sniffing_does_not_take_plain_utf8_for_anything_else() -> None:
-    assert sniff_encoding("[rank0]: NCCL INFO Bootstrap : Using eth0\n".encode()) == (None, 0)
+    assert sniff_encoding(b"[rank0]: NCCL INFO Bootstrap : Using eth0\n") == (None, 0)
     assert sniff_encoding(codecs.BOM_UTF8 + b"x") == (None, 3)
 
 

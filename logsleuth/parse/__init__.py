@@ -163,7 +163,10 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         pl.col("kind").fill_null("line"),
         pl.when(plain & msg.str.contains(_ALLOC_ABORT)).then(pl.lit("fatal")).otherwise(pl.col("level").fill_null(level)).alias("level"),
         pl.col("source").fill_null("app"),
-        pl.when(plain).then(msg.str.extract(_EXIT_STATUS, 1).cast(pl.Int32, strict=False)).otherwise(pl.col("exit_code")).alias("exit_code"),
+        pl.when(plain)
+        .then(msg.str.extract(_EXIT_STATUS, 1).cast(pl.Int32, strict=False))
+        .otherwise(pl.col("exit_code"))
+        .alias("exit_code"),
     ).filter((pl.col("kind") != "line") | ~msg.str.contains(r"^\s*(?:[=\-*#~_]{5,}\s*)?$"))
     df = pl.concat([df, tracebacks, failures], how="diagonal_relaxed")
     df = torch.enrich(df)

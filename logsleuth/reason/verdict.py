@@ -59,8 +59,8 @@ def failure_signals(events: pl.DataFrame) -> pl.Series:
     A job reads as ``none`` only when no event does. Besides the failure kinds
     (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
     line of its own, an NCCL error return (``init.cc:1234 -> 2``), a fatal line
-    (an allocator abort) and an error line that ends its file (a log cut right
-    after its error) all count.
+    (an allocator abort), an error line that ends its file (a log cut right
+    after its error) and a traceback cut before its exception line all count.
     """
     if events.is_empty():
         return pl.Series("failure", [], dtype=pl.Boolean)
@@ -75,6 +75,8 @@ def failure_signals(events: pl.DataFrame) -> pl.Series:
         | ((kind == "line") & (pl.col("exit_code").fill_null(0) != 0))
         | (level == "fatal")
         | ends_in_error
+        # a traceback whose exception line never came (a paste or log cut inside it)
+        | ((kind == "line") & pl.col("message").str.contains(r"Traceback \(most recent call last\):\s*$").fill_null(False))
     )
     return events.select(signal.fill_null(False).alias("failure")).to_series()
 
@@ -204,12 +206,13 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         if handled:
             # a traceback after which the same process kept working: logged and survived, a note
             where = ev.filter(pl.col("eid").is_in(handled)).select("file", "line").row(0)
-            notes.append(
-                f"{len(handled)} exception(s) were handled: the process kept working after them (first at {where[0]}:{where[1]})"
-            )
+            notes.append(f"{len(handled)} exception(s) were handled: the process kept working after them (first at {where[0]}:{where[1]})")
             ev = ev.with_columns(
                 pl.when(pl.col("eid").is_in(handled)).then(pl.lit("context")).otherwise(pl.col("role")).alias("role"),
-                pl.when(pl.col("eid").is_in(handled)).then(pl.lit("handled: the process kept working")).otherwise(pl.col("why")).alias("why"),
+                pl.when(pl.col("eid").is_in(handled))
+                .then(pl.lit("handled: the process kept working"))
+                .otherwise(pl.col("why"))
+                .alias("why"),
                 pl.col("unexplained") & ~pl.col("eid").is_in(handled),
                 pl.col("own") & ~pl.col("eid").is_in(handled),
             )
@@ -314,7 +317,13 @@ def _handled(ev: pl.DataFrame) -> list[int]:
     ok = (pl.col("_last_ok") > pl.col("line")).fill_null(False) & (
         pl.col("rank").is_not_null() | (~pl.col("file").is_in(ranked_files) & pl.lit(not multi_rank))
     )
-    handled = joined.filter(ok).get_column("eid")
+    survived = joined.filter(ok)
+    # the same exception seen again through another file (torchrun --tee writes it to the console
+    # and to the rank's stderr.log) is the same survived exception
+    handled = tb.filter(
+        pl.col("message").is_in(survived.get_column("message").implode())
+        & (pl.col("rank").is_null() | pl.col("rank").is_in(survived.get_column("rank").drop_nulls().implode()))
+    ).get_column("eid")
     # every error of the job must be survived for any to count as handled
     others = ev.filter(pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"]) & ~pl.col("eid").is_in(handled))
     return [] if not others.is_empty() else [int(e) for e in handled.to_list()]

@@ -46,9 +46,8 @@ def test_the_features_are_masked_as_this_code_masks_them() -> None:
 @cache
 def _evaluation() -> dict[str, Any]:
     pytest.importorskip("numpy")
-    from logsleuth.learn.evaluate import evaluate
-
     from logsleuth.learn.corpus import find_cases
+    from logsleuth.learn.evaluate import evaluate
 
     # the model's own held-out split; cases that arrived later are scored by the first-contact ledger
     groups = META["training_data"].get("held_out_groups")

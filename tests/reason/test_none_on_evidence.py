@@ -142,3 +142,38 @@ def test_a_weak_rule_on_a_failed_job_is_not_turned_into_an_all_clear_by_the_clas
         '  warnings.warn("Attempted to get default timeout for nccl backend, but NCCL support is not compiled")',
     )
     assert report.verdict.category == "backend_unavailable"
+
+
+def test_a_traceback_cut_before_its_exception_line_is_a_failure(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                _PROGRESS,
+                "Traceback (most recent call last):",
+                '  File "/home/user/proj/train.py", line 61, in <module>',
+                "    main()",
+                '  File "/opt/venv/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py", line 1009, in _new_process_group_helper',
+                "    backend_class = ProcessGroupNCCL(backend_prefix_store, group_rank, group_size, pg_options)",
+            ]
+        ),
+    )
+    assert report.verdict.category != "none"
+
+
+def test_a_survived_exception_teed_to_the_ranks_stderr_file_is_still_survived(tmp_path: Path) -> None:
+    tb = [
+        "Traceback (most recent call last):",
+        '  File "/home/user/jobs/train.py", line 264, in main',
+        '    raise ConnectionError("metrics server 10.0.0.5:8125 not reachable")',
+        "ConnectionError: metrics server 10.0.0.5:8125 not reachable",
+    ]
+    steps = [f"step {s} loss 0.13 (0.080s/step)" for s in (1, 5, 10)] + ["training done: 10 steps in 1.3s"]
+    console = [f"[default0]:{line}" for line in tb + steps] + [f"[default1]:{line}" for line in steps]
+    (tmp_path / "console.log").write_text("\n".join(console) + "\n")
+    rank0 = tmp_path / "logs" / "run_x" / "attempt_0" / "0"
+    rank0.mkdir(parents=True)
+    (rank0 / "stderr.log").write_text("\n".join(tb) + "\n")
+    (rank0 / "stdout.log").write_text("\n".join(steps) + "\n")
+    report = logsleuth.analyze([str(tmp_path / "console.log"), str(rank0 / "stderr.log"), str(rank0 / "stdout.log")])
+    assert report.verdict.category == "none"
