@@ -23,7 +23,7 @@ from .report.model import CandidateOut, Evidence, FirstFailure, InputOut, Report
 
 
 def analyze(
-    paths: Sequence[str | os.PathLike[str]],
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
     *,
     rules: Sequence[str | os.PathLike[str]] | None = None,
     budget_s: float | None = None,
@@ -42,6 +42,8 @@ def analyze(
     ``classifier=False`` reasons from rules alone.
     """
     started = time.monotonic()
+    if isinstance(paths, (str, os.PathLike)):  # one path given bare: a common slip, not an error
+        paths = [paths]
     inputs = ingest.expand(paths)
     try:
         ruleset = rulebook.load(rules or ())
@@ -57,10 +59,37 @@ def analyze(
             "classifier_seconds": round(time.monotonic() - clf_started, 3),
             "seconds": round(time.monotonic() - started, 3),
         }
-        report = build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats)
+        report = _honest(build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats))
     except Exception as exc:  # the promise: a report, never a traceback
         report = _failed_report(inputs, exc)
     return redact_all(report) if redact else report
+
+
+#: Input problems after which the rest of an input was not read.
+_CUT_SHORT = ("time budget ran out", "the rest was not read", "truncated gzip", "corrupt gzip")
+
+
+def _honest(report: Report) -> Report:
+    """Never an all-clear from what was not read: failures sit at the end of a log.
+
+    Nothing readable gives ``unknown`` saying so; an input cut short (budget, read
+    error, damaged gzip) marks the report ``partial`` and turns ``none`` into ``unknown``.
+    """
+    report.partial = any(any(cut in p for cut in _CUT_SHORT) for i in report.inputs for p in i.problems)
+    if not report.readable:
+        why = "No input could be read, so nothing was analysed; see the problems listed with the inputs."
+    elif report.partial and report.verdict.category == "none":
+        why = "No failure in what was read, but some input was not read to its end (see its problems): the failure may be in the rest."
+    else:
+        if report.partial:
+            report.notes.append("some input was not read to its end: the verdict rests on what was read")
+        return report
+    report.verdict = replace(
+        report.verdict, cause="unknown", category="unknown", confidence=0.0, summary=why, title="Not enough input", evidence=[], fix=[]
+    )
+    report.candidates = [CandidateOut("unknown", "unknown", 0.0)]
+    report.notes.append(why)
+    return report
 
 
 def fused(

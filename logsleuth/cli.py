@@ -108,6 +108,8 @@ def analyze(
         _err(f"--store {store}: cannot create or write to this folder")
         raise typer.Exit(EXIT_USAGE)
     _load_rules_or_exit(rules)
+    if fail_on:
+        _check_fail_on(fail_on, rules)
     report = run(paths, rules=rules, budget_s=budget, redact=not no_redact, model=model, classifier=not no_model)
     use_color = (sys.stdout.isatty() and output is None) if color is None else color
     text = render(report, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
@@ -155,6 +157,18 @@ def _writable_folder(path: Path) -> bool:
     return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
 
 
+def _check_fail_on(spec: str, rules: list[Path] | None) -> None:
+    """A --fail-on naming no known cause would never match: a typo must not pass silently."""
+    from . import rulebook
+    from .taxonomy import TAXONOMY
+
+    known = {"any", *TAXONOMY, *rulebook.load(rules or ()).causes}
+    unknown = sorted({s.strip() for s in spec.split(",") if s.strip()} - known)
+    if unknown:
+        _err(f"unknown --fail-on cause {', '.join(map(repr, unknown))}; use 'any' or causes from `logsleuth explain`")
+        raise typer.Exit(EXIT_USAGE)
+
+
 def _fails(cause: str, category: str, spec: str) -> bool:
     wanted = {s.strip() for s in spec.split(",") if s.strip()}
     if "any" in wanted:
@@ -182,7 +196,13 @@ def events(
     import polars as pl
 
     from .api import events_for
+    from .events import LEVELS, SOURCES
 
+    for name, given, allowed in (("--source", source, SOURCES), ("--level", level, LEVELS)):
+        unknown = sorted(set(given or ()) - set(allowed))
+        if unknown:
+            _err(f"unknown {name} {', '.join(map(repr, unknown))}; choose from {', '.join(allowed)}")
+            raise typer.Exit(EXIT_USAGE)
     _load_rules_or_exit(rules)
     table, inputs = events_for(paths, rules=rules, redact=not no_redact)
     for col, values in (("rank", rank), ("node", node), ("source", source), ("level", level), ("kind", kind)):

@@ -19,6 +19,7 @@ _LINE = (
     r"NCCL (?P<lvl>INFO|WARN|TRACE|CALL|ABORT)\b ?(?P<body>.*)$"
 )
 _VERSION = r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?"
+_BARE_VERSION = r"^\s*NCCL version (?P<v>\d+\.\d+\.\d+)(?:\+cuda[\d.]+)?\s*$"
 _INIT = r"comm (0x[0-9a-fA-F]+) rank (\d+) nr?anks (\d+)\b.*Init COMPLETE"
 _BOOTSTRAP_IF = r"Bootstrap ?: Using ([^:\s]+):"
 _NET_IF = r"NET/(?:Socket|IB) ?: Using \[\d+\]([^:\s]+)"
@@ -56,6 +57,18 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("nccl_info"))
     )
     src = n.struct.field("src")
+    # NCCL_DEBUG=VERSION (and WARN since 2.x) prints the version alone on a line, no host prefix
+    bare = pl.col("msg").str.extract_groups(_BARE_VERSION)
+    df = claim(
+        df,
+        ~is_nccl & bare.struct.field("v").is_not_null(),
+        {
+            "kind": pl.lit("nccl_version"),
+            "source": pl.lit("nccl"),
+            "level": pl.lit("info"),
+            "version": bare.struct.field("v"),
+        },
+    )
     df = claim(
         df,
         is_nccl,

@@ -175,6 +175,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     version: str = ""
+    partial: bool = False  # some input was not read to its end (time budget, read error, damaged gzip)
 
     @property
     def readable(self) -> bool:
@@ -194,6 +195,7 @@ class Report:
             "notes": list(self.notes),
             "stats": dict(self.stats),
             "logsleuth_version": self.version,
+            "partial": self.partial,
         }
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -59,6 +59,13 @@ def _ranges(nums: list[int], limit: int) -> str:
     return text + (f",… ({len(nums)} ranks)" if len(spans) > limit else "")
 
 
+def _terminal_width() -> int:
+    """The real terminal's width ($COLUMNS first), 100 when output is not a terminal."""
+    import shutil
+
+    return max(60, shutil.get_terminal_size((100, 24)).columns)
+
+
 def terminal(report: Report, *, color: bool = True, width: int | None = None) -> str:
     """A verdict a person reads in a terminal: cause, where, proof, fix."""
     from rich.console import Console
@@ -67,7 +74,7 @@ def terminal(report: Report, *, color: bool = True, width: int | None = None) ->
     from rich.table import Table
 
     buf = io.StringIO()
-    console = Console(file=buf, force_terminal=color, no_color=not color, width=width or 100, highlight=False)
+    console = Console(file=buf, force_terminal=color, no_color=not color, width=width or _terminal_width(), highlight=False)
     v = report.verdict
     style = {"none": "green", "unknown": "yellow"}.get(v.category, "bold red")
     head = f"[{style}]{escape(v.title or v.cause)}[/]  [dim]({escape(v.cause)} → {escape(v.category)}, confidence {v.confidence:.0%})[/]"

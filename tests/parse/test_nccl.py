@@ -47,3 +47,21 @@ def test_init_complete_maps_host_and_pid_to_rank_for_other_lines() -> None:
 def test_bracket_number_is_the_cuda_device_not_the_rank() -> None:
     ev = events_of("node07:51:60 [3] NCCL INFO Channel 00/02 : 0 1")
     assert ev.is_empty() or ev["rank"].to_list() == [None]
+
+
+def test_a_bare_version_line_of_nccl_debug_version_is_a_version_event() -> None:
+    ev = events_of("NCCL version 2.18.1+cuda12.1\n")
+    row = ev.row(0, named=True)
+    assert (row["kind"], row["source"], row["version"]) == ("nccl_version", "nccl", "2.18.1")
+
+
+def test_nodes_that_print_different_bare_nccl_versions_explain_their_watchdog_timeouts(tmp_path) -> None:
+    import logsleuth
+
+    watchdog = (
+        "[rank{r}]:[E1125 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.\n"
+    )
+    (tmp_path / "node01.out").write_text("NCCL version 2.18.1+cuda12.1\n" + watchdog.format(r=0))
+    (tmp_path / "node02.out").write_text("NCCL version 2.19.3+cuda12.3\n" + watchdog.format(r=1))
+    assert logsleuth.analyze([str(tmp_path)]).verdict.category == "version_mismatch"

@@ -1,0 +1,80 @@
+"""What a new user hit in the first hour (issue 15): no all-clear from unread input, a bare path
+is a path, typos in options are usage errors, and the terminal follows its real width."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import logsleuth
+from logsleuth.cli import app
+from logsleuth.report.render import render
+
+_FAILED = "[rank1]: Traceback (most recent call last):\n[rank1]:   File \"t.py\", line 3, in <module>\n[rank1]: KeyError: 'labels'\n"
+
+
+def test_a_single_path_string_is_analysed_as_one_path(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-1.out"
+    log.write_text(_FAILED)
+    assert logsleuth.analyze(str(log)).verdict.category == "user_code_error"
+    assert logsleuth.analyze(log).verdict.category == "user_code_error"
+
+
+def test_a_missing_input_never_reads_as_a_run_that_completed(tmp_path: Path) -> None:
+    report = logsleuth.analyze([str(tmp_path / "missing.out")])
+    assert report.verdict.category == "unknown"
+    assert "could be read" in report.verdict.summary
+    assert "completion" not in report.verdict.summary
+
+
+def test_a_budget_that_runs_out_before_the_failure_gives_a_partial_unknown_not_none(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-2.out"
+    with log.open("w") as fh:
+        for block in range(40):
+            fh.write("".join(f"epoch 1 | step {block * 20000 + s} | loss 1.23 | lr 3.0e-04\n" for s in range(20000)))
+        fh.write(_FAILED)
+    report = logsleuth.analyze([str(log)], budget_s=0.0)
+    assert report.partial
+    assert report.verdict.category != "none"
+    assert json.loads(report.to_json())["partial"] is True
+
+
+def test_a_report_read_to_the_end_is_not_partial(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-3.out"
+    log.write_text(_FAILED)
+    assert logsleuth.analyze([str(log)]).partial is False
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["analyze", "{log}", "--fail-on", "cuda_oon"],
+        ["events", "{log}", "--level", "eror"],
+        ["events", "{log}", "--source", "ncc"],
+    ],
+)
+def test_a_typo_in_an_option_value_is_a_usage_error(tmp_path: Path, args: list[str]) -> None:
+    log = tmp_path / "slurm-4.out"
+    log.write_text(_FAILED)
+    result = CliRunner().invoke(app, [a.format(log=log) for a in args])
+    assert result.exit_code == 2
+
+
+def test_fail_on_accepts_taxonomy_ids_finer_causes_and_any(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-5.out"
+    log.write_text(_FAILED)
+    for spec in ("user_code_error", "any", "cuda_oom,dataloader_shm"):
+        assert CliRunner().invoke(app, ["analyze", str(log), "--fail-on", spec]).exit_code in (0, 1)
+
+
+def test_the_terminal_report_follows_the_terminal_width(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "slurm-6.out"
+    log.write_text(_FAILED)
+    report = logsleuth.analyze([str(log)])
+    monkeypatch.setenv("COLUMNS", "80")
+    assert max(map(len, render(report, "terminal", color=False).splitlines())) <= 80
+    monkeypatch.setenv("COLUMNS", "140")
+    assert max(map(len, render(report, "terminal", color=False).splitlines())) > 100
