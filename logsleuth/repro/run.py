@@ -383,6 +383,16 @@ def reproduce(
         ranks, timed_out, run_notes = spawn(plan, log_path, grace_s=grace_s)
         elapsed = time.monotonic() - started
         report = analyze([str(log_path)], rules=rules)
+        if not report.readable and not timed_out and all(r.status == "ok" for r in ranks):
+            # every rank exited 0 and printed nothing: here the runner saw the whole run end well
+            report.verdict = replace(
+                report.verdict,
+                cause="none",
+                category="none",
+                confidence=1.0,
+                title="No failure",
+                summary="Every rank finished with exit code 0 and printed nothing: no failure.",
+            )
         if logs is None:
             for ev in report.verdict.evidence:
                 ev.file = LOG_NAME
