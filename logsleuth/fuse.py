@@ -63,6 +63,8 @@ _FLOOR = 1e-6
 MIN_GUESS = 0.03
 #: Candidates shown after the verdict.
 MAX_CANDIDATES = 6
+#: A cause no rule proposes must lead the next label by this much to be the verdict.
+CLASSIFIER_MARGIN = 0.25
 
 
 def signals(reasoning: Reasoning, probs: dict[str, float], labels: Sequence[str]) -> list[list[float]]:
@@ -209,7 +211,20 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
             out.append(Candidate(label, label, "primary", p, p, eids, [], _ranks(events, eids)))
     lead = out[0]
     notes = list(reasoning.notes)
-    decided = lead.category in ("none", "unknown") or (lead.eids and probs[lead.category] >= model.fusion.threshold)
+    runner_up = max((probs.get(c.category, 0.0) for c in out[1:] if c.category != lead.category), default=0.0)
+    unsure = lead.category not in ("none", "unknown") and not lead.rules and probs[lead.category] - runner_up < CLASSIFIER_MARGIN
+    if unsure:
+        # the classifier alone, without a clear lead: the best cause a rule proposes speaks instead
+        backed = next((c for c in out[1:] if c.rules and c.role != "consequence"), None)
+        notes.append(
+            f"the learned classifier favoured {lead.category} ({probs[lead.category]:.2f}) without a clear margin"
+            + (f"; the rules' {backed.category} is the verdict" if backed is not None else "")
+        )
+        if backed is not None:
+            out = [backed] + [c for c in out if c is not backed]
+            lead = backed
+            unsure = False
+    decided = not unsure and (lead.category in ("none", "unknown") or (lead.eids and probs[lead.category] >= model.fusion.threshold))
     if not decided:
         notes.append(
             f"the evidence does not decide: the best candidate, {lead.category}, has confidence {probs[lead.category]:.2f}"

@@ -189,3 +189,21 @@ def test_abstaining_keeps_the_reasoners_own_unknown_evidence() -> None:
     assert any("does not decide" in n for n in out.notes)
     assert out.candidates[0].category == "unknown" and out.candidates[0].eids == own.eids
     assert out.first_failure["rank"] == 2
+
+
+def test_a_classifier_only_cause_without_a_clear_margin_is_not_the_verdict() -> None:
+    ev, r = reasoned(OOM_JOB, without="cuda_oom")
+    assert not r.candidates  # a wording no rule covers
+    oom_line = ev.with_row_index("eid").filter(pl.col("message").str.contains("out of memory")).get_column("eid")[0]
+    close = fuse.fuse(ev, r, prediction({"cuda_oom": 0.42, "user_code_error": 0.40}, {"cuda_oom": [oom_line]}), model(threshold=0.0))
+    assert close.candidates[0].category == "unknown"
+    assert any("without a clear margin" in n for n in close.notes)
+    clear = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}, {"cuda_oom": [oom_line]}), model(threshold=0.0))
+    assert clear.candidates[0].category == "cuda_oom"
+
+
+def test_a_classifier_only_cause_without_a_clear_margin_yields_to_a_weak_rules_cause() -> None:
+    ev, r = reasoned(UNRULED_CRASH)
+    assert r.candidates[0].rules and r.candidates[0].weight < 0.5  # a weak rule: not protected outright
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.45, "user_code_error": 0.30}), model(threshold=0.0))
+    assert out.candidates[0].category == "user_code_error"
