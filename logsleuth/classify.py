@@ -33,7 +33,7 @@ from typing import Any
 
 import polars as pl
 
-from .reason import FAILURE_KINDS
+from .reason import IS_FAILURE
 
 #: Where the shipped model lives (next to the package, or inside it when installed).
 MODELS_DIR = Path(os.environ.get("LOGSLEUTH_MODELS_DIR", Path(__file__).resolve().parent.parent / "models"))
@@ -323,7 +323,7 @@ def job_features(events: pl.DataFrame) -> list[str]:
     seqs = events.filter(kind == "watchdog_timeout").get_column("seq").drop_nulls().n_unique()
     if seqs > 1:
         out.append("xf:watchdog_seq_differ")
-    failing = events.filter(kind.is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"]))
+    failing = events.filter(IS_FAILURE)
     if failing.is_empty():
         out.append("xf:no_failure_events")
     n_ranks = failing.get_column("rank").drop_nulls().n_unique()

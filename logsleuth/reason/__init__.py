@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 from .identity import rank_table, resolve_identity
-from .verdict import EVIDENCE_LIMIT, FAILURE_KINDS, STRONG, Candidate, RankState, Reasoning, Suspect, failure_signals, reason
+from .verdict import EVIDENCE_LIMIT, IS_FAILURE, STRONG, Candidate, RankState, Reasoning, Suspect, failure_signals, reason
 
 __all__ = [
     "EVIDENCE_LIMIT",
-    "FAILURE_KINDS",
+    "IS_FAILURE",
     "failure_signals",
     "STRONG",
     "Candidate",

@@ -49,6 +49,8 @@ FAILURE_KINDS = (
     "slurm_memory_error",
     "slurm_node_failure",
 )
+#: An event of a failure kind at error level: a process or the job failed here.
+IS_FAILURE = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
 #: Messages that end a run without being a failure in themselves (interpreter shutdown noise).
 _SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
 
@@ -59,8 +61,9 @@ def failure_signals(events: pl.DataFrame) -> pl.Series:
     A job reads as ``none`` only when no event does. Besides the failure kinds
     (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
     line of its own, an NCCL error return (``init.cc:1234 -> 2``), a fatal line
-    (an allocator abort), an error line that ends its file (a log cut right
-    after its error) and a traceback cut before its exception line all count.
+    (an allocator abort) and an error line that ends its file (a log cut right
+    after its error) all count. (A traceback cut before its exception line is
+    already a traceback event: parse.python folds it.)
     """
     if events.is_empty():
         return pl.Series("failure", [], dtype=pl.Boolean)
@@ -70,13 +73,7 @@ def failure_signals(events: pl.DataFrame) -> pl.Series:
         last & kind.is_in(["line", "exception"]) & (level == "error") & ~pl.col("message").str.contains(_SHUTDOWN_NOISE).fill_null(False)
     )
     signal = (
-        (kind.is_in(FAILURE_KINDS) & level.is_in(["error", "fatal"]))
-        | ((kind == "nccl_unwind") & (pl.col("exit_code").fill_null(0) != 0))
-        | ((kind == "line") & (pl.col("exit_code").fill_null(0) != 0))
-        | (level == "fatal")
-        | ends_in_error
-        # a traceback whose exception line never came (a paste or log cut inside it)
-        | ((kind == "line") & pl.col("message").str.contains(r"Traceback \(most recent call last\):\s*$").fill_null(False))
+        IS_FAILURE | (kind.is_in(["nccl_unwind", "line"]) & (pl.col("exit_code").fill_null(0) != 0)) | (level == "fatal") | ends_in_error
     )
     return events.select(signal.fill_null(False).alias("failure")).to_series()
 
@@ -190,12 +187,10 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     notes: list[str] = []
     ev = events.with_row_index("eid")
     best = _best_hits(hits)
-    is_failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
-    focus = ev.join(best, on="eid", how="left").filter(is_failure | (pl.col("hit_role").is_not_null() & (pl.col("hit_role") != "context")))
+    focus = ev.join(best, on="eid", how="left").filter(IS_FAILURE | (pl.col("hit_role").is_not_null() & (pl.col("hit_role") != "context")))
     tl = timeline.build(events, focus.get_column("eid"))
     ev = ev.join(tl.order, on="eid", how="left").join(best, on="eid", how="left")
     ev = _read_exits(ev, events)
-    signals = failure_signals(events)
     handled: list[int] = []
     if _launcher_saw_no_failure(ev):
         # an error the job survived (a caught, logged exception): the launcher reported no death
@@ -216,7 +211,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
                 pl.col("unexplained") & ~pl.col("eid").is_in(handled),
                 pl.col("own") & ~pl.col("eid").is_in(handled),
             )
-        live = signals & ~events.with_row_index("eid").get_column("eid").is_in(handled)
+        live = failure_signals(events) & ~events.with_row_index("eid").get_column("eid").is_in(handled)
         failed = bool(live.any()) or bool(best.filter((pl.col("hit_role") != "context") & ~pl.col("eid").is_in(handled)).height)
 
     attributed = _attributed(ev, events)
@@ -282,10 +277,9 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
     if not present or not ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty():
         return False
     # and every file went on with ordinary output after its last error (a cut-off log did not)
-    failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
     ordinary = (pl.col("kind") == "line") & (pl.col("level") == "info")
     per_file = ev.group_by("file").agg(
-        pl.col("line").filter(failure).max().alias("_err"), pl.col("line").filter(ordinary).max().alias("_ok")
+        pl.col("line").filter(IS_FAILURE).max().alias("_err"), pl.col("line").filter(ordinary).max().alias("_ok")
     )
     return per_file.filter(pl.col("_err").is_not_null() & (pl.col("_ok").is_null() | (pl.col("_ok") < pl.col("_err")))).is_empty()
 
@@ -325,7 +319,7 @@ def _handled(ev: pl.DataFrame) -> list[int]:
         & (pl.col("rank").is_null() | pl.col("rank").is_in(survived.get_column("rank").drop_nulls().implode()))
     ).get_column("eid")
     # every error of the job must be survived for any to count as handled
-    others = ev.filter(pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"]) & ~pl.col("eid").is_in(handled))
+    others = ev.filter(IS_FAILURE & ~pl.col("eid").is_in(handled))
     return [] if not others.is_empty() else [int(e) for e in handled.to_list()]
 
 
@@ -430,9 +424,8 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     )
     ev = ev.with_columns(why.alias("why"), role.alias("role"))
     ev = _late_cancellations(ev)
-    failure = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
     quiet_rank = ~pl.col("_conseq").fill_null(False) & ~pl.col("_primary").fill_null(False)
-    unexplained = failure & pl.col("role").is_null() & pl.col("why").is_null() & quiet_rank
+    unexplained = IS_FAILURE & pl.col("role").is_null() & pl.col("why").is_null() & quiet_rank
     return ev.with_columns(
         unexplained.alias("unexplained"),
         ((pl.col("role") == "primary").fill_null(False) | unexplained).alias("own"),
@@ -726,7 +719,7 @@ def _with_findings(
     lead = cands[0] if cands else None
     progressed = hang is not None and hang.seq is not None and hang.seq > PROGRESS_SEQ
     named_culprit = lead is not None and lead.role == "hang" and bool(hang and hang.hung)
-    failed = bool(ev.filter(pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])).height) or lead is not None
+    failed = bool(ev.filter(IS_FAILURE).height) or lead is not None
     extra: list[Candidate] = []
     promoted: Candidate | None = None
     absorbed: Candidate | None = None
