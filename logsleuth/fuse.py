@@ -158,20 +158,14 @@ def constrain(probs: dict[str, float], reasoning: Reasoning) -> tuple[dict[str, 
     """
     lead = reasoning.candidates[0] if reasoning.candidates else None
     out = dict(probs)
-    if lead is None and reasoning.failed and "none" in out and "unknown" in out:
-        out["unknown"] += out.pop("none")  # something failed, though no rule says what: never an all-clear
-        return out, []
     if lead is None and not reasoning.failed and reasoning.handled and "none" in out:
         # the only errors were exceptions the process survived: the run went on, nothing failed
         return {label: (1.0 if label == "none" else 0.0) for label in out}, []
-    if lead is not None and reasoning.failed and lead.category not in ("none", "unknown") and "none" in out:
-        # the job failed and the rules say how: "nothing failed" can only count for that
-        out[lead.category] = out.get(lead.category, 0.0) + out.pop("none")
-    if lead is None or lead.role == "consequence" or lead.category == "none":
-        return out, []
-    if lead.category == "unknown":
-        if "none" in out and "unknown" in out:
-            out["unknown"] += out.pop("none")
+    said = lead.category if lead is not None else "unknown"
+    if "none" in out and said != "none" and (reasoning.failed or lead is not None and said == "unknown"):
+        # something failed: "nothing failed" counts for what the reasoning says failed (unknown when no rule says)
+        out[said] = out.get(said, 0.0) + out.pop("none")
+    if lead is None or lead.role == "consequence" or lead.category in ("none", "unknown"):
         return out, []
     leading = {c.category for c in reasoning.candidates if c.role != "consequence"}
     explained = list(dict.fromkeys(c.category for c in reasoning.candidates if c.category not in leading and c.category in out))

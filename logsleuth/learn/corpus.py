@@ -51,6 +51,16 @@ class Case:
     batch: str | None = None  # the first-contact batch the case arrived in
 
 
+#: Real cases (public reports, jobs run here) and generated ones are scored apart, never pooled:
+#: a score on cases generated from wordings we already knew measures memory, not diagnosis.
+ORIGINS = ("real", "synthetic")
+
+
+def origin_of(case: Case) -> str:
+    """``synthetic`` for generated cases, ``real`` for public reports and jobs run here."""
+    return "synthetic" if case.kind == "synthetic" else "real"
+
+
 def find_cases(roots: Iterable[str | Path]) -> list[Case]:
     """Every case under the given corpus folders, sorted by id (ids must be unique)."""
     cases: dict[str, Case] = {}

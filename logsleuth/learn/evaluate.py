@@ -23,20 +23,11 @@ from logsleuth import classify, rulebook
 from logsleuth.rulebook import RuleSet
 
 from . import baselines, metrics, systems
-from .corpus import Case, Observation, find_cases, observe
+from .corpus import ORIGINS, Case, Observation, find_cases, observe, origin_of
 from .train import Settings, load_masks
 
 #: Systems in the order the tables show them.
 SYSTEMS = ("fused", "rules", "classifier", "tfidf_logreg", "exit_code", "last_exception", "first_keyword")
-
-#: Real cases (public reports, jobs run here) and generated ones are scored apart, never pooled:
-#: a score on cases generated from wordings we already knew measures memory, not diagnosis.
-ORIGINS = ("real", "synthetic")
-
-
-def origin_of(case: Case) -> str:
-    """``synthetic`` for generated cases, ``real`` for public reports and jobs run here."""
-    return "synthetic" if case.kind == "synthetic" else "real"
 
 
 @dataclass

@@ -40,7 +40,7 @@ from logsleuth import classify, fuse, reason, rulebook
 from logsleuth.taxonomy import NON_CAUSES, TAXONOMY
 
 from . import metrics, systems
-from .corpus import Case, Observation, find_cases, folds, observe, split
+from .corpus import ORIGINS, Case, Observation, find_cases, folds, observe, origin_of, split
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -404,8 +404,8 @@ def _oof_metrics(clf: np.ndarray, fused: np.ndarray, y: np.ndarray, labels: Sequ
 def held_out_metrics(model: classify.Model, held: Sequence[Observation], ruleset: rulebook.RuleSet) -> dict[str, Any]:
     """Top-line scores on the held-out split, real and synthetic cases apart (the full report is `logsleuth eval`)."""
     out: dict[str, Any] = {}
-    for origin in ("real", "synthetic"):
-        part = [o for o in held if ("synthetic" if o.case.kind == "synthetic" else "real") == origin]
+    for origin in ORIGINS:
+        part = [o for o in held if origin_of(o.case) == origin]
         if not part:
             continue
         truth = [o.case.label for o in part]
