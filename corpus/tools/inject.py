@@ -744,18 +744,22 @@ class Runner:
                 return self.run_srun()
             raise ValueError(sc.launcher)
         finally:
-            ACTIVE.discard(self)
-            for c in reversed(self.cleanups):
-                try:
-                    c()
-                except Exception:
-                    pass
-            if self.cg:
-                self.kill_cgroup(self.cg)
-                try:
-                    self.cg.rmdir()
-                except OSError:
-                    pass
+            self.teardown()
+
+    def teardown(self):
+        """Undo the job's setup (special cleanups in reverse order) and kill what is left in its cgroup."""
+        ACTIVE.discard(self)
+        for c in reversed(self.cleanups):
+            try:
+                c()
+            except Exception:
+                pass
+        if self.cg:
+            self.kill_cgroup(self.cg)
+            try:
+                self.cg.rmdir()
+            except OSError:
+                pass
 
     def run_torchrun(self):
         sc = self.sc

@@ -339,18 +339,7 @@ class LayoutRunner(Runner):
                 return logs
             raise ValueError(lo.layout)
         finally:
-            inject.ACTIVE.discard(self)
-            for c in reversed(self.cleanups):
-                try:
-                    c()
-                except Exception:
-                    pass
-            if self.cg:
-                self.kill_cgroup(self.cg)
-                try:
-                    self.cg.rmdir()
-                except OSError:
-                    pass
+            self.teardown()
 
 
 # --------------------------------------------------------------------------------------------

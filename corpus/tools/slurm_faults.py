@@ -554,18 +554,7 @@ class FaultRunner(Runner):
                 logs["earlier-run.log"] = self.jobdir / "earlier-run.log"
             return logs
         finally:
-            inject.ACTIVE.discard(self)
-            for c in reversed(self.cleanups):
-                try:
-                    c()
-                except Exception:
-                    pass
-            if self.cg:
-                self.kill_cgroup(self.cg)
-                try:
-                    self.cg.rmdir()
-                except OSError:
-                    pass
+            self.teardown()
 
 
 # --------------------------------------------------------------------------------------------
