@@ -25,6 +25,8 @@ from . import __version__
 if TYPE_CHECKING:
     import polars as pl
 
+    from .rulebook import RuleSet
+
 EXIT_OK, EXIT_FAIL_ON, EXIT_USAGE, EXIT_NO_INPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 app = typer.Typer(
@@ -60,11 +62,11 @@ def _main(
     """Tell why a distributed PyTorch job died, from its logs."""
 
 
-def _load_rules_or_exit(rules: list[Path] | None) -> None:
+def _load_rules_or_exit(rules: list[Path] | None) -> "RuleSet":
     from .rulebook import RuleError, load
 
     try:
-        load(rules or ())
+        return load(rules or ())
     except RuleError as exc:
         _err(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
@@ -107,9 +109,9 @@ def analyze(
     if store is not None and not _writable_folder(store):
         _err(f"--store {store}: cannot create or write to this folder")
         raise typer.Exit(EXIT_USAGE)
-    _load_rules_or_exit(rules)
+    ruleset = _load_rules_or_exit(rules)
     if fail_on:
-        _check_fail_on(fail_on, rules)
+        _check_fail_on(fail_on, ruleset)
     report = run(paths, rules=rules, budget_s=budget, redact=not no_redact, model=model, classifier=not no_model)
     use_color = (sys.stdout.isatty() and output is None) if color is None else color
     text = render(report, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
@@ -157,12 +159,11 @@ def _writable_folder(path: Path) -> bool:
     return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
 
 
-def _check_fail_on(spec: str, rules: list[Path] | None) -> None:
+def _check_fail_on(spec: str, ruleset: "RuleSet") -> None:
     """A --fail-on naming no known cause would never match: a typo must not pass silently."""
-    from . import rulebook
     from .taxonomy import TAXONOMY
 
-    known = {"any", *TAXONOMY, *rulebook.load(rules or ()).causes}
+    known = {"any", *TAXONOMY, *ruleset.causes}
     unknown = sorted({s.strip() for s in spec.split(",") if s.strip()} - known)
     if unknown:
         _err(f"unknown --fail-on cause {', '.join(map(repr, unknown))}; use 'any' or causes from `logsleuth explain`")
@@ -318,15 +319,14 @@ def rules_coverage(
     import json
 
     from .coverage import CatalogueError, error_share, evaluate, load_catalogue, render_json, render_text
-    from .rulebook import RuleError, load
 
     if fmt not in ("text", "json"):
         _err(f"unknown format {fmt!r} (text or json)")
         raise typer.Exit(EXIT_USAGE)
+    ruleset = _load_rules_or_exit(rules)
     try:
-        ruleset = load(rules or ())
         messages = load_catalogue(catalogue or (), rules=ruleset)
-    except (RuleError, CatalogueError) as exc:
+    except CatalogueError as exc:
         _err(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     result = evaluate(messages, ruleset)
