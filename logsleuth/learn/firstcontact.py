@@ -23,7 +23,7 @@ from typing import Any
 
 from logsleuth.api import analyze
 
-from .corpus import CorpusError, read_case
+from .corpus import Case, CorpusError, find_cases
 
 #: How a case's answer is classed, worst first.
 OUTCOMES = ("false_all_clear", "wrong", "false_alarm", "unknown", "top3", "right")
@@ -66,10 +66,9 @@ def classify_outcome(label: str, predicted: str, top3: Sequence[str]) -> str:
     return "wrong"
 
 
-def score_case(folder: Path) -> CaseScore:
-    """Analyse one case folder as a user would and class the answer against its label."""
-    case = read_case(folder)
-    report = analyze([str(p) for p in case_files(folder)])
+def score_case(case: Case) -> CaseScore:
+    """Analyse one case's logs as a user would and class the answer against its label."""
+    report = analyze([str(p) for p in case_files(case.path)])
     v = report.verdict
     ranked = list(dict.fromkeys([v.category, *(c.category for c in report.candidates)]))
     return CaseScore(
@@ -88,14 +87,14 @@ def score_case(folder: Path) -> CaseScore:
 
 
 def score_batch(folders: Sequence[Path], *, progress: Callable[[str], None] | None = None) -> list[CaseScore]:
-    """Score every case folder (a folder holding case.toml) under ``folders``."""
+    """Score every case of the batch folders (laid out as corpus/: one folder with case.toml per case)."""
     say = progress or (lambda _m: None)
-    cases = sorted({t.parent for f in folders for t in Path(f).glob("**/case.toml")})
+    cases = find_cases(folders)
     if not cases:
-        raise CorpusError(f"no case.toml under {', '.join(map(str, folders))}")
+        raise CorpusError(f"no case folders (with case.toml) in {', '.join(map(str, folders))}")
     out = []
-    for i, folder in enumerate(cases, 1):
-        out.append(score_case(folder))
+    for i, case in enumerate(cases, 1):
+        out.append(score_case(case))
         if i % 20 == 0:
             say(f"  scored {i}/{len(cases)} cases")
     return out
