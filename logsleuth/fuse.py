@@ -31,6 +31,7 @@ from datetime import datetime
 import polars as pl
 
 from .classify import Fusion, Model, ModelError, Prediction, softmax
+from .parse.python import CUT_OFF
 from .reason import STRONG, Candidate, Reasoning, failure_signals
 
 #: What the fusion network reads per label, in column order (the last seven are the same for every label).
@@ -206,7 +207,11 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
     lead = out[0]
     notes = list(reasoning.notes)
     runner_up = max((probs.get(c.category, 0.0) for c in out[1:] if c.category != lead.category), default=0.0)
-    unsure = lead.category not in ("none", "unknown") and not lead.rules and probs[lead.category] - runner_up < CLASSIFIER_MARGIN
+    unsure = (
+        lead.category not in ("none", "unknown")
+        and not lead.rules
+        and (probs[lead.category] - runner_up < CLASSIFIER_MARGIN or _mute(events))
+    )
     if unsure:
         # the classifier alone, without a clear lead: the best cause a rule proposes speaks instead
         backed = next((c for c in out[1:] if c.rules and c.role != "consequence"), None)
@@ -244,6 +249,15 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
 def _failures(events: pl.DataFrame) -> list[int]:
     """Events that show a process or the job failed: the evidence of an unknown verdict."""
     return [int(e) for e in events.with_row_index("eid").filter(failure_signals(events)).get_column("eid").head(50)]
+
+
+def _mute(events: pl.DataFrame) -> bool:
+    """Do the failures say nothing of themselves (tracebacks cut before their exception line)?
+
+    The classifier then reads only the frames and the job's other lines: a guess, not a verdict.
+    """
+    failures = events.filter(failure_signals(events))
+    return failures.height > 0 and bool((failures.get_column("message") == CUT_OFF).all())
 
 
 def _ranks(events: pl.DataFrame, eids: list[int]) -> list[int]:

@@ -42,6 +42,19 @@ def test_a_budget_that_runs_out_before_the_failure_gives_a_partial_unknown_not_n
     assert json.loads(report.to_json())["partial"] is True
 
 
+def test_a_paste_cut_inside_a_traceback_is_a_failure_the_classifier_alone_does_not_name(tmp_path: Path) -> None:
+    log = tmp_path / "paste.log"
+    log.write_text(
+        '  File "/home/user/run/main.py", line 372, in main\n'
+        "    train_result = trainer.train(resume_from_checkpoint=checkpoint)\n"
+        '  File "/opt/venv/lib/python3.9/site-packages/accelerate/accelerator.py", line 1985, in backward\n'
+        "    loss.backward(**kwargs)\n"
+    )
+    report = logsleuth.analyze(log)
+    assert report.verdict.category == "unknown"
+    assert any("main.py" in e.text for e in report.verdict.evidence)
+
+
 def test_a_report_read_to_the_end_is_not_partial(tmp_path: Path) -> None:
     log = tmp_path / "slurm-3.out"
     log.write_text(_FAILED)

@@ -5,7 +5,8 @@ interleave line by line still fold correctly when each line carries its rank.
 Within a stream, a traceback runs from ``Traceback (most recent call last):``
 to its exception line: the first unindented line after the header that is not
 a frame, a chain marker, or a line another parser claimed. Chained exceptions
-give one event per link; ``detail`` names the link before.
+give one event per link; ``detail`` names the link before. A paste that starts
+inside a traceback (its header cut off) starts at its first frame.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from .common import claim, on_rows_with, streams_with
 
 HEADER = "Traceback (most recent call last):"
 _FRAME = r'^\s+File "([^"]+)", line (\d+)(?:, in (.+))?'
+#: A traceback frame as ``traceback`` prints it (faulthandler writes ``line N in f``, no comma):
+#: one before any header is a traceback whose header was cut off.
+_TRACEBACK_FRAME = r'^\s+File "[^"]+", line \d+, in '
 _CHAIN = r"^(During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)"
 #: An exception line: a dotted class name (ending like an exception) and an optional message.
 EXCEPTION = (
@@ -28,6 +32,8 @@ EXCEPTION = (
 #: (a progress bar redrawn without a newline, a message printed with ``end=""``).
 #: (torchrun's failure table writes ``traceback : Traceback ...``: its own field, folded by parse.torch.)
 _HEADER_AT_END = r"(?:^|[^:\s]\s*)" + re.escape(HEADER) + r"\s*$"
+#: The message of a traceback whose exception line the input does not hold.
+CUT_OFF = "(traceback cut off before its exception line)"
 _LOOSE = r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(.*))?$"
 
 
@@ -41,7 +47,7 @@ def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     Only streams that print a traceback header are folded.
     """
-    inside, others = streams_with(df, _HEADER_AT_END)
+    inside, others = streams_with(df, f"{_HEADER_AT_END}|{_TRACEBACK_FRAME}")
     if inside.is_empty():
         return df, df.clear()
     rest, folded = _fold(inside)
@@ -57,6 +63,11 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         msg.str.contains(_FRAME).alias("_frame"),
         msg.str.contains(_CHAIN).alias("_chain"),
     )
+    # a stream whose first traceback line is a frame was cut inside a traceback: that frame heads it
+    # (any header counts as seen, torchrun's ``traceback : Traceback ...`` field too)
+    marks = msg.str.contains(HEADER, literal=True) | (pl.col("_frame") & msg.str.contains(_TRACEBACK_FRAME))
+    headless = marks & (marks.cast(pl.Int32).cum_sum().over("stream") == 1) & pl.col("_frame") & ~foreign
+    t = t.with_columns((pl.col("_hdr") | headless).alias("_hdr"))
     t = t.with_columns(pl.col("_hdr").cum_sum().over("stream").alias("_tb"))
     candidate = (
         (pl.col("_tb") > 0) & ~pl.col("_hdr") & ~pl.col("_frame") & ~pl.col("_chain") & ~msg.str.contains(r"^\s") & (msg != "") & ~foreign
@@ -113,7 +124,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         "pid",
         "host",
         "time",
-        pl.coalesce(exc, pl.lit("(traceback cut off before its exception line)")).alias("msg"),
+        pl.coalesce(exc, pl.lit(CUT_OFF)).alias("msg"),
         exc_type.alias("exc_type"),
         pl.concat_str(
             [

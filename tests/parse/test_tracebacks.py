@@ -73,6 +73,30 @@ def test_traceback_cut_off_before_its_exception_line_still_becomes_an_event() ->
     assert tb["rank"] == 0 and "cut off" in tb["message"]
 
 
+def test_a_paste_that_starts_inside_a_traceback_folds_from_its_first_frame() -> None:
+    ev = events_of(
+        "[2023-07-01 10:00:02] step 120 loss 0.41\n"
+        "    main()\n"
+        '  File "/home/user/run/main.py", line 372, in main\n'
+        "    trainer.train()\n"
+        '  File "/opt/venv/lib/python3.9/site-packages/torch/_tensor.py", line 487, in backward\n'
+        "    torch.autograd.backward(\n"
+    )
+    tbs = ev.filter(pl.col("kind") == "traceback")
+    assert tbs.height == 1
+    assert "cut off" in tbs["message"][0] and "_tensor.py:487 in backward" in tbs["detail"][0]
+
+
+def test_faulthandler_frames_without_a_header_are_not_a_traceback() -> None:
+    ev = events_of(
+        """
+        Thread 0x00007f3a (most recent call first):
+          File "/home/user/train.py", line 88 in step
+        """
+    )
+    assert ev.filter(pl.col("kind") == "traceback").is_empty()
+
+
 def test_nccl_line_inside_an_unprefixed_traceback_does_not_close_it() -> None:
     ev = events_of(
         """
