@@ -1,6 +1,6 @@
 """logsleuth: why did my distributed PyTorch job die?
 
-Public API: :func:`analyze` returns a :class:`Report`.
+Public API: :func:`analyze` returns a :class:`Report`; :func:`analyze_jobs` one per SLURM job.
 
 Both are loaded on first use (PEP 562), so that ``import logsleuth`` and the
 commands that need no analysis, such as the epilog deciding to skip a job
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .api import analyze
+    from .api import analyze, analyze_jobs
     from .report.model import Report
 
-__all__ = ["Report", "__version__", "analyze"]
+__all__ = ["Report", "__version__", "analyze", "analyze_jobs"]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,6 +25,10 @@ def __getattr__(name: str) -> Any:
         from .api import analyze
 
         return analyze
+    if name == "analyze_jobs":
+        from .api import analyze_jobs
+
+        return analyze_jobs
     if name == "Report":
         from .report.model import Report
 

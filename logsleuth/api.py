@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import polars as pl
 
-from . import __version__, classify, fuse, ingest, match, parse, reason, rulebook
+from . import __version__, classify, fuse, ingest, jobs, match, parse, reason, rulebook
 from .redact import redact_all, redact_frame
 from .report.build import build
 from .report.model import CandidateOut, Evidence, FirstFailure, InputOut, Report, Verdict
@@ -32,7 +32,7 @@ def analyze(
     model: str | os.PathLike[str] | None = None,
     classifier: bool = True,
 ) -> Report:
-    """Diagnose a failed job from its logs.
+    """Diagnose a failed job from its logs: one report for all inputs.
 
     ``paths``: files, globs, directories, ``.gz`` files, or ``-`` for stdin.
     ``rules``: extra rule folders or files (override built-in rules by id).
@@ -40,7 +40,42 @@ def analyze(
     ``redact``: replace secrets (tokens, keys, passwords) in every text of the report.
     ``model``: the classifier to fuse with the rules (default: the shipped one);
     ``classifier=False`` reasons from rules alone.
+    Inputs of several SLURM jobs are analysed together, with a note; :func:`analyze_jobs`
+    reports them apart.
     """
+    return _run(paths, rules=rules, budget_s=budget_s, stdin=stdin, redact=redact, model=model, classifier=classifier, split=False)[0]
+
+
+def analyze_jobs(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    rules: Sequence[str | os.PathLike[str]] | None = None,
+    budget_s: float | None = None,
+    stdin: BinaryIO | None = None,
+    redact: bool = True,
+    model: str | os.PathLike[str] | None = None,
+    classifier: bool = True,
+) -> list[Report]:
+    """Like :func:`analyze`, one report per job: a folder of several jobs' logs is several post-mortems.
+
+    A file belongs to the SLURM job its name (``slurm-<id>.out``, ``<name>-<id>.err``) or its own
+    SLURM lines (``*** JOB <id> ...``) name; files naming none form a group of their own. Inputs of
+    one job (or none) give one report. Reports are in job-id order, each with its ``job``.
+    """
+    return _run(paths, rules=rules, budget_s=budget_s, stdin=stdin, redact=redact, model=model, classifier=classifier, split=True)
+
+
+def _run(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    rules: Sequence[str | os.PathLike[str]] | None,
+    budget_s: float | None,
+    stdin: BinaryIO | None,
+    redact: bool,
+    model: str | os.PathLike[str] | None,
+    classifier: bool,
+    split: bool,
+) -> list[Report]:
     started = time.monotonic()
     if isinstance(paths, (str, os.PathLike)):  # one path given bare: a common slip, not an error
         paths = [paths]
@@ -48,21 +83,55 @@ def analyze(
     try:
         ruleset = rulebook.load(rules or ())
         events = load_events(inputs, ruleset, budget_s=budget_s, stdin=stdin, redact=redact)
-        hits = match.match(events, ruleset)
-        reasoning = reason.reason(events, hits, ruleset)
-        clf_started = time.monotonic()
-        reasoning = fused(events, reasoning, model, enabled=classifier)
-        stats = {
-            "events": events.height,
-            "hits": hits.height,
-            "rules": len(ruleset.rules),
-            "classifier_seconds": round(time.monotonic() - clf_started, 3),
-            "seconds": round(time.monotonic() - started, 3),
-        }
-        report = _honest(build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats))
+        groups = jobs.group(events, inputs)
+        if len(groups) < 2 or not split:
+            report = _diagnose(events, inputs, ruleset, model, classifier, started)
+            report.job = groups[0].job if len(groups) == 1 else None
+            if len(groups) > 1:
+                report.notes.append(
+                    f"the inputs hold {len(groups)} jobs ({jobs.describe(groups)}), analysed together;"
+                    " `logsleuth analyze` without --merge (or analyze_jobs) reports each apart"
+                )
+            reports = [report]
+        else:
+            reports = []
+            for g in groups:
+                report = _diagnose(
+                    events.filter(pl.col("file").is_in(g.files)),
+                    [i for i in inputs if i.file in g.files],
+                    ruleset,
+                    model,
+                    classifier,
+                    started,
+                )
+                report.job = g.job
+                reports.append(report)
     except Exception as exc:  # the promise: a report, never a traceback
-        report = _failed_report(inputs, exc)
-    return redact_all(report) if redact else report
+        reports = [_failed_report(inputs, exc)]
+    return [redact_all(r) for r in reports] if redact else reports
+
+
+def _diagnose(
+    events: pl.DataFrame,
+    inputs: list[ingest.InputInfo],
+    ruleset: rulebook.RuleSet,
+    model: str | os.PathLike[str] | None,
+    classifier: bool,
+    started: float,
+) -> Report:
+    """Match, reason, fuse and build: one report from one job's events."""
+    hits = match.match(events, ruleset)
+    reasoning = reason.reason(events, hits, ruleset)
+    clf_started = time.monotonic()
+    reasoning = fused(events, reasoning, model, enabled=classifier)
+    stats = {
+        "events": events.height,
+        "hits": hits.height,
+        "rules": len(ruleset.rules),
+        "classifier_seconds": round(time.monotonic() - clf_started, 3),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    return _honest(build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats))
 
 
 #: Input problems after which the rest of an input was not read.

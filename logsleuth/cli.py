@@ -98,10 +98,12 @@ def analyze(
     job_id: Annotated[
         str | None, typer.Option("--job-id", envvar="SLURM_JOB_ID", help="Job id recorded with --store (default: $SLURM_JOB_ID).")
     ] = None,
+    merge: Annotated[bool, typer.Option("--merge", help="One report for all inputs, even when they hold several SLURM jobs.")] = False,
 ) -> None:
-    """Analyse the logs of one job and print the verdict."""
+    """Analyse the logs of a job and print the verdict (one per job when the inputs hold several)."""
     from .api import analyze as run
-    from .report.render import FORMATS, render, step_summary
+    from .api import analyze_jobs
+    from .report.render import FORMATS, render_many, step_summary
 
     if fmt not in FORMATS:
         _err(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -112,9 +114,10 @@ def analyze(
     ruleset = _load_rules_or_exit(rules)
     if fail_on:
         _check_fail_on(fail_on, ruleset)
-    report = run(paths, rules=rules, budget_s=budget, redact=not no_redact, model=model, classifier=not no_model)
+    kwargs = {"rules": rules, "budget_s": budget, "redact": not no_redact, "model": model, "classifier": not no_model}
+    reports = [run(paths, **kwargs)] if merge else analyze_jobs(paths, **kwargs)  # type: ignore[arg-type]
     use_color = (sys.stdout.isatty() and output is None) if color is None else color
-    text = render(report, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
+    text = render_many(reports, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
     if output:
         try:
             output.write_text(text, encoding="utf-8")
@@ -127,27 +130,30 @@ def analyze(
     if fmt == "github" and summary_file:
         try:
             with open(summary_file, "a", encoding="utf-8") as fh:
-                fh.write(step_summary(report) + "\n")
+                fh.write("\n".join(step_summary(r) for r in reports) + "\n")
         except OSError as exc:  # the annotations are out; a missing summary must not hide them
             _err(f"cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {exc.strerror or exc}")
-    for inp in report.inputs:
-        for problem in inp.problems:
-            _err(f"{inp.file}: {problem}")
-    if any(n.startswith("internal error") for n in report.notes):
-        _err(report.notes[0])
+    for report in reports:
+        for inp in report.inputs:
+            for problem in inp.problems:
+                _err(f"{inp.file}: {problem}")
+    internal = next((r.notes[0] for r in reports if any(n.startswith("internal error") for n in r.notes)), None)
+    if internal is not None:
+        _err(internal)
         raise typer.Exit(EXIT_INTERNAL)
-    if not report.readable:
+    if not any(r.readable for r in reports):
         _err("no readable input: nothing was analysed")
         raise typer.Exit(EXIT_NO_INPUT)
     if store is not None:
         from .history import append
 
         try:
-            append(store, report, job=job_id)
+            for report in reports:
+                append(store, report, job=report.job if len(reports) > 1 else (job_id or report.job))
         except OSError as exc:
             _err(f"--store {store}: the verdict was not recorded: {exc.strerror or exc}")
             raise typer.Exit(EXIT_USAGE) from None
-    if fail_on and _fails(report.verdict.cause, report.verdict.category, fail_on):
+    if fail_on and any(_fails(r.verdict.cause, r.verdict.category, fail_on) for r in reports):
         raise typer.Exit(EXIT_FAIL_ON)
 
 

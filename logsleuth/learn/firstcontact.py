@@ -21,7 +21,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from logsleuth.api import analyze
+from logsleuth.api import analyze_jobs
 
 from .corpus import Case, CorpusError, find_cases
 
@@ -67,8 +67,13 @@ def classify_outcome(label: str, predicted: str, top3: Sequence[str]) -> str:
 
 
 def score_case(case: Case) -> CaseScore:
-    """Analyse one case's logs as a user would and class the answer against its label."""
-    report = analyze([str(p) for p in case_files(case.path)])
+    """Analyse one case's logs as a user would and class the answer against its label.
+
+    A case holding several SLURM jobs (an earlier run kept beside the failed one) is
+    labelled by its latest job: that job's report is the one scored.
+    """
+    reports = analyze_jobs([str(p) for p in case_files(case.path)])
+    report = next((r for r in reversed(reports) if r.job is not None), reports[-1])
     v = report.verdict
     ranked = list(dict.fromkeys([v.category, *(c.category for c in report.candidates)]))
     return CaseScore(

@@ -229,6 +229,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         candidates = [lead] + [c for c in candidates if c is not lead and not (lead.role == "hang" and c.cause == lead.cause)]
     candidates = _with_findings(candidates, findings, hang, ev, rules)
     candidates = _hardware_first(candidates, ev, notes)
+    candidates = _init_file_first(candidates, ev, rules, notes)
     if candidates:
         _confidence(candidates)
         if candidates[0].cause == "unknown":
@@ -761,6 +762,49 @@ def _hardware_first(cands: list[Candidate], ev: pl.DataFrame, notes: list[str]) 
     if symptom is not None and _first_failure(ev, fault).get("rank") is None:
         fault.first = _first_failure(ev, symptom)  # a kernel line names a PCI address; the rank that saw it is the culprit
     return [fault] + [c for c in cands if c is not fault]
+
+
+#: What ranks report when the file:// init file they met through is stale or not shared:
+#: connects to dead addresses, peers that close on them, waits that never end.
+INIT_FILE_SYMPTOMS = frozenset({"master_unreachable", "peer_failure", "rendezvous_timeout", "collective_timeout", "unknown"})
+#: Where a set-up failure is raised: forming the process group, or DDP's first exchange.
+_SETUP = (
+    r"init_process_group|_new_process_group_helper|connectFullMesh|rendezvous|_verify_param|_store_based_barrier"
+    r"|TCPStore|FileStore|new_group|Connection refused|Timed out waiting|wait timeout"
+)
+
+
+def _init_file_first(cands: list[Candidate], ev: pl.DataFrame, rules: RuleSet, notes: list[str]) -> list[Candidate]:
+    """A job that meets through a file:// init file and fails to reach its peers at set-up:
+    the init file (stale, or not shared by every node) explains what the ranks saw."""
+    if not cands or cands[0].category not in INIT_FILE_SYMPTOMS:
+        return cands
+    uses = ev.filter((pl.col("role") == "context") & (pl.col("cause") == "file_init_error")).sort("pos")
+    lead = cands[0]
+    shown = ev.filter(pl.col("eid").is_in(lead.eids))
+    at_setup = shown.select(
+        pl.concat_str([pl.col("message"), pl.col("detail").fill_null("")], separator=" ").str.contains(_SETUP).any()
+    ).item()
+    if uses.is_empty() or not at_setup:
+        return cands
+    notes.append(f"the job meets through a file:// init file: it explains the {lead.category} the ranks reported at set-up")
+    promoted = Candidate(
+        cause="file_init_error",
+        category=rules.category("file_init_error"),
+        role="primary",
+        weight=STRONG,
+        confidence=0.0,
+        eids=[*lead.eids, int(uses.get_column("eid")[0])],
+        rules=sorted({*lead.rules, *uses.get_column("rule").drop_nulls().to_list()}),
+        ranks=list(lead.ranks),
+        nodes=list(lead.nodes),
+        summary=(
+            f"The ranks met through a file:// init file and then could not reach each other ({lead.category}):"
+            " an init file left by an earlier run, or one not shared by every node, hands out dead or foreign addresses"
+        ),
+        first=lead.first or _first_failure(ev, lead),
+    )
+    return [promoted, *cands]
 
 
 def _finding_candidate(f: consistency.Finding, ev: pl.DataFrame, rules: RuleSet) -> Candidate:

@@ -176,6 +176,7 @@ class Report:
     stats: dict[str, Any] = field(default_factory=dict)
     version: str = ""
     partial: bool = False  # some input was not read to its end (time budget, read error, damaged gzip)
+    job: str | None = None  # the SLURM job id the inputs name, when they name one
 
     @property
     def readable(self) -> bool:
@@ -196,6 +197,7 @@ class Report:
             "stats": dict(self.stats),
             "logsleuth_version": self.version,
             "partial": self.partial,
+            "job": self.job,
         }
 
     def to_json(self, indent: int | None = 2) -> str:

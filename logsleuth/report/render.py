@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 
 from .model import Evidence, Report
@@ -22,6 +23,26 @@ def render(report: Report, fmt: str, *, color: bool = True, width: int | None = 
     if fmt == "terminal":
         return terminal(report, color=color, width=width)
     raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def render_many(reports: list[Report], fmt: str, *, color: bool = True, width: int | None = None, workspace: str | None = None) -> str:
+    """Render the reports of several jobs: JSON gives a list, the others one report after another
+    and a closing line naming every job's verdict. One report renders exactly as :func:`render`."""
+    if len(reports) == 1:
+        return render(reports[0], fmt, color=color, width=width, workspace=workspace)
+    if fmt == "json":
+        return json.dumps([r.to_dict() for r in reports], indent=2, ensure_ascii=False, default=str) + "\n"
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    parts = []
+    for r in reports:
+        head = f"job {r.job}" if r.job is not None else "files naming no job"
+        body = render(r, fmt, color=color, width=width, workspace=workspace)
+        parts.append(body if fmt == "github" else (f"## {head}\n\n{body}" if fmt == "markdown" else f"{head}\n{body}"))
+    summary = f"{len(reports)} jobs: " + "; ".join(
+        f"{'job ' + r.job if r.job is not None else 'files naming no job'} {r.verdict.category}" for r in reports
+    )
+    return "".join(parts) + ("" if fmt == "github" else ("\n" + summary + "\n"))
 
 
 def _where(rank: int | None, node: str | None) -> str:
