@@ -55,6 +55,21 @@ def test_a_paste_cut_inside_a_traceback_is_a_failure_the_classifier_alone_does_n
     assert any("main.py" in e.text for e in report.verdict.evidence)
 
 
+def test_code_lines_of_another_ranks_unfolded_traceback_are_not_progress_after_an_error(tmp_path: Path) -> None:
+    log = tmp_path / "paste.log"
+    log.write_text(
+        '  File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 947, in _optimizer_step\n'
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.39 GiB. GPU 1 has a total capacity of 79.32 GiB\n"
+        "    self._optimizer_step(sub_group_id)\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/optim/optimizer.py", line 385, in wrapper\n'
+        "    self.optimizer.step()\n"
+        "    out = func(*args, **kwargs)\n"
+    )
+    report = logsleuth.analyze(log)
+    assert report.verdict.category == "cuda_oom"
+    assert not any("handled" in n for n in report.notes)
+
+
 def test_a_report_read_to_the_end_is_not_partial(tmp_path: Path) -> None:
     log = tmp_path / "slurm-3.out"
     log.write_text(_FAILED)

@@ -287,6 +287,9 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
 
 #: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
 _PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
+#: Source lines a traceback shows (``    self.optimizer.step()``, ``    out = func(*args)``) and its
+#: frames: the words of code, not progress, when another rank's traceback runs on unfolded.
+_TRACEBACK_SOURCE = r"""^\s*File "|^\s{2,}(?:return\s+|raise\s+|await\s+)?[\w.\[\]'"]+(?:\s*[-+*/]?=\s*[\w.\[\]]+)?\("""
 
 
 def _handled(ev: pl.DataFrame) -> list[int]:
@@ -303,7 +306,12 @@ def _handled(ev: pl.DataFrame) -> list[int]:
         return []
     ranked_files = ev.filter(pl.col("rank").is_not_null()).get_column("file").unique().to_list()
     multi_rank = ev.get_column("rank").drop_nulls().n_unique() > 1
-    progress = (pl.col("kind") == "line") & (pl.col("level") == "info") & pl.col("message").str.contains(_PROGRESS)
+    progress = (
+        (pl.col("kind") == "line")
+        & (pl.col("level") == "info")
+        & pl.col("message").str.contains(_PROGRESS)
+        & ~pl.col("message").str.contains(_TRACEBACK_SOURCE)
+    )
     ordinary = ev.filter(progress).group_by("file", "rank").agg(pl.col("line").max().alias("_last_ok"))
     tb = ev.filter((pl.col("kind") == "traceback") & pl.col("level").is_in(["error", "fatal"]))
     if tb.is_empty():
