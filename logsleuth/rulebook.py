@@ -138,17 +138,22 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 
 def _load(folders: list[Path]) -> RuleSet:
+    """Every file's causes and rules; a file's problems are all collected before one RuleError
+    names them (one per line), so a rule author fixes them in one round."""
     causes: dict[str, Cause] = {}
     rules: dict[str, Rule] = {}
+    problems: list[str] = []
     files = {folder: _rule_files(folder) for folder in folders}
     parsed = _parsed([path for paths in files.values() for path in paths])
     for folder, paths in files.items():
         for path in paths:
             data = parsed[str(path)]
-            for cause in _causes(path, data):
+            for cause in _causes(path, data, problems):
                 causes[cause.id] = cause
-            for rule in _rules(path, data, trusted=folder == BUILTIN_RULES):
+            for rule in _rules(path, data, problems, trusted=folder == BUILTIN_RULES):
                 rules[rule.id] = rule
+    if problems:
+        raise RuleError("\n".join(problems))
     return RuleSet(rules=list(rules.values()), causes=causes, sources=[str(f) for f in folders])
 
 
@@ -253,17 +258,20 @@ def _tuple(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def _causes(path: Path, data: Mapping[str, Any]) -> Iterable[Cause]:
+def _causes(path: Path, data: Mapping[str, Any], problems: list[str]) -> Iterable[Cause]:
     lines = _lines(path)
     for cid, body in (data.get("cause") or {}).items():
         where = f"{path}:{_line_of(lines, f'[cause.{cid}]')}"
         if not isinstance(body, dict):
-            raise RuleError(f"{where}: cause.{cid} must be a table")
+            problems.append(f"{where}: cause.{cid} must be a table")
+            continue
         parent = body.get("parent", cid)
         if parent not in TAXONOMY:
-            raise RuleError(f"{where}: cause {cid!r}: parent {parent!r} is not a taxonomy id")
+            problems.append(f"{where}: cause {cid!r}: parent {parent!r} is not a taxonomy id")
+            continue
         if cid not in TAXONOMY and parent == cid:
-            raise RuleError(f"{where}: finer cause {cid!r} must name its taxonomy parent")
+            problems.append(f"{where}: finer cause {cid!r} must name its taxonomy parent")
+            continue
         yield Cause(
             id=cid,
             parent=parent,
@@ -298,39 +306,30 @@ _RULE_KEYS = {
 _NEEDS_BACKTRACKING = re.compile(r"\(\?<?[=!]|\\[1-9]|\\k<|\(\?P=")
 
 
-def _rules(path: Path, data: Mapping[str, Any], *, trusted: bool) -> Iterable[Rule]:
-    """Rules of one file. ``trusted`` (the built-in rules, which the test suite
-    compiles) skips compiling every pattern at load, which would cost start-up
-    time on every run; users' rules are compiled here so errors name file:line."""
+def _rules(path: Path, data: Mapping[str, Any], problems: list[str], *, trusted: bool) -> Iterable[Rule]:
+    """Rules of one file; a rule with a problem is left out and its problems recorded.
+
+    ``trusted`` (the built-in rules, which the test suite compiles) skips compiling
+    every pattern at load, which would cost start-up time on every run; users' rules
+    are compiled here so errors name file:line."""
     lines = _lines(path)
     for body in data.get("rule") or []:
         rid = str(body.get("id", "?"))
         needle = 'id = "' + rid + '"'
         where = f"{path}:{_line_of(lines, needle)}"
-        unknown = set(body) - _RULE_KEYS
-        if unknown:
-            raise RuleError(f"{where}: rule {rid}: unknown field(s) {', '.join(sorted(unknown))}")
-        for key in ("id", "name", "cause", "patterns", "keywords"):
-            if not body.get(key):
-                raise RuleError(f"{where}: rule {rid}: missing required field {key!r}")
-        role = body.get("role", "primary")
-        if role not in ROLES:
-            raise RuleError(f"{where}: rule {rid}: role must be one of {', '.join(ROLES)}")
-        weight = body.get("weight", 0.8)
-        if not isinstance(weight, (int, float)) or not 0 < weight <= 1:
-            raise RuleError(f"{where}: rule {rid}: weight must be a number in (0, 1]")
-        deferred = body.get("deferred", False)
-        if not isinstance(deferred, bool):
-            raise RuleError(f"{where}: rule {rid}: deferred must be true or false")
+        found = _rule_problems(body, trusted=trusted)
+        if found:
+            problems.extend(f"{where}: rule {rid}: {p}" for p in found)
+            continue
         scope = body.get("scope") or {}
-        bad = set(scope) - set(SCOPE_COLUMNS)
-        if bad:
-            raise RuleError(f"{where}: rule {rid}: scope on unknown column(s) {', '.join(sorted(bad))}")
         patterns = _tuple(body["patterns"])
         all_patterns = (*patterns, *_tuple(body.get("exclude")))
         engine = "python" if any(_NEEDS_BACKTRACKING.search(p) for p in all_patterns) else "polars"
         if not trusted:
-            engine = _engine(where, rid, all_patterns)
+            engine = _engine(all_patterns)
+        role = body.get("role", "primary")
+        weight = body.get("weight", 0.8)
+        deferred = body.get("deferred", False)
         yield Rule(
             id=rid,
             name=str(body["name"]),
@@ -353,26 +352,52 @@ def _rules(path: Path, data: Mapping[str, Any], *, trusted: bool) -> Iterable[Ru
         )
 
 
-def _engine(where: str, rid: str, patterns: Sequence[str]) -> str:
-    """Compile every pattern: 'polars' if the linear-time engine takes them all,
-    'python' if some need the regex package; a pattern neither takes is an error."""
-    engine = "polars"
-    for pat in patterns:
-        problem = _compile_problem(pat)
-        if problem is None:
-            continue
-        if _python_problem(pat) is not None:
-            raise RuleError(f"{where}: rule {rid}: pattern does not compile: {problem}: {pat!r}")
-        engine = "python"
-    return engine
+def _rule_problems(body: Mapping[str, Any], *, trusted: bool) -> list[str]:
+    """Everything wrong with one rule table (empty when it is well formed)."""
+    out: list[str] = []
+    unknown = set(body) - _RULE_KEYS
+    if unknown:
+        out.append(f"unknown field(s) {', '.join(sorted(unknown))}")
+    out += [f"missing required field {key!r}" for key in ("id", "name", "cause", "patterns", "keywords") if not body.get(key)]
+    if body.get("role", "primary") not in ROLES:
+        out.append(f"role must be one of {', '.join(ROLES)}")
+    weight = body.get("weight", 0.8)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
+        out.append("weight must be a number in (0, 1]")
+    if not isinstance(body.get("deferred", False), bool):
+        out.append("deferred must be true or false")
+    bad = set(body.get("scope") or {}) - set(SCOPE_COLUMNS)
+    if bad:
+        out.append(f"scope on unknown column(s) {', '.join(sorted(bad))}")
+    if not trusted:
+        out += [
+            _pattern_problem(p, why) for p in (*_tuple(body.get("patterns")), *_tuple(body.get("exclude"))) if (why := _uncompilable(p))
+        ]
+    return out
+
+
+def _pattern_problem(pattern: str, why: str) -> str:
+    return f"pattern does not compile: {pattern!r}\n    " + why.replace("\n", "\n    ")
+
+
+def _uncompilable(pattern: str) -> str | None:
+    """Why neither engine takes the pattern (the whole message), or None."""
+    problem = _compile_problem(pattern)
+    return None if problem is None or _python_problem(pattern) is None else problem
+
+
+def _engine(patterns: Sequence[str]) -> str:
+    """'polars' if the linear-time engine takes every pattern, 'python' if some need the regex package."""
+    return "python" if any(_compile_problem(p) is not None for p in patterns) else "polars"
 
 
 def compile_problems(rule: Rule) -> list[str]:
     """Why a loaded rule's patterns do not compile (empty when they do); `rules check` uses it."""
-    try:
-        engine = _engine(rule.origin, rule.id, (*rule.patterns, *rule.exclude))
-    except RuleError as exc:
-        return [str(exc)]
+    patterns = (*rule.patterns, *rule.exclude)
+    broken = [f"{rule.origin}: rule {rule.id}: {_pattern_problem(p, why)}" for p in patterns if (why := _uncompilable(p))]
+    if broken:
+        return broken
+    engine = _engine(patterns)
     if engine != rule.engine:
         return [f"{rule.origin}: rule {rule.id}: runs on the {rule.engine} engine but needs {engine}"]
     return []
@@ -383,7 +408,7 @@ def _compile_problem(pattern: str) -> str | None:
     try:
         pl.select(pl.lit("").str.contains(pattern))
     except Exception as exc:  # polars raises ComputeError with the engine's message
-        return str(exc).splitlines()[0]
+        return str(exc).split("\n\nThis error occurred")[0].strip()  # the engine's message, not polars' expression
     return None
 
 

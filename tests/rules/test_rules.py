@@ -91,6 +91,20 @@ def test_invalid_rule_file_gives_file_and_line(tmp_path) -> None:
         rulebook.load([tmp_path])
 
 
+def test_every_problem_of_a_rule_file_is_listed_at_once_with_the_whole_regex_error(tmp_path) -> None:
+    (tmp_path / "site.toml").write_text(
+        '[[rule]]\nid = "ZZZ004"\nname = "a"\ncause = "disk_full"\npatterns = ["foo("]\nkeywords = ["foo"]\n\n'
+        '[[rule]]\nid = "ZZZ005"\nname = "b"\ncause = "disk_full"\nrole = "primry"\nweight = 2\npatterns = ["b"]\nkeywords = ["b"]\n'
+    )
+    with pytest.raises(rulebook.RuleError) as err:
+        rulebook.load([tmp_path])
+    problems = str(err.value)
+    assert "site.toml:2: rule ZZZ004: pattern does not compile: 'foo('" in problems
+    assert "unclosed group" in problems  # the engine's own explanation, not only its first line
+    assert "site.toml:9: rule ZZZ005: role must be one of" in problems
+    assert "site.toml:9: rule ZZZ005: weight must be a number in (0, 1]" in problems
+
+
 def test_user_rules_override_builtin_rules_by_id(tmp_path) -> None:
     builtin = RULES.by_id()["NET001"]
     (tmp_path / "mine.toml").write_text(
