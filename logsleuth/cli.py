@@ -652,6 +652,7 @@ def history(
     compact: Annotated[
         bool, typer.Option("--compact", help="First merge the store's files into one (safe while others append; e.g. from cron).")
     ] = False,
+    node: Annotated[str | None, typer.Option("--node", help="List the jobs whose verdict implicates this node, newest first.")] = None,
 ) -> None:
     """Summarise stored verdicts: the nodes implicated again and again, and causes over time."""
     import json
@@ -680,6 +681,21 @@ def history(
     for problem in loaded.problems:
         _err(problem)
     table = loaded.table if cutoff is None else loaded.table.filter(pl.col("time") >= cutoff)
+    if node is not None:
+        from .history import node_jobs
+
+        jobs = node_jobs(table, node)
+        if fmt == "json":
+            rows = jobs.with_columns(pl.col("time").dt.to_string("%Y-%m-%dT%H:%M:%SZ")).to_dicts()
+            typer.echo(json.dumps({"store": str(store), "node": node, "jobs": rows, "problems": loaded.problems}, indent=2))
+        else:
+            typer.echo(f"{jobs.height} verdict(s) implicate {node} in {store}")
+            for r in jobs.iter_rows(named=True):  # one row per stored verdict of this node: few
+                rank = "" if r["first_rank"] is None else f" rank {r['first_rank']}"
+                typer.echo(f"  {r['time']:%Y-%m-%d %H:%M}  job {r['job'] or '-'}  {r['category']}{rank}  {r['summary']}")
+        if not store.is_dir():
+            raise typer.Exit(EXIT_NO_INPUT)
+        return
     summary = summarize(table, by=by, top=top)
     if fmt == "json":
         typer.echo(json.dumps({"store": str(store), **summary, "problems": loaded.problems}, indent=2))

@@ -28,7 +28,8 @@ from .report.model import Report
 #: the first failure's, then those of every rank that failed in its own right.
 SCHEMA: dict[str, pl.DataType] = {
     "id": pl.String(),  # unique per verdict
-    "time": pl.Datetime("us", "UTC"),
+    "time": pl.Datetime("us", "UTC"),  # when the job failed (its first failure's stamp), else when it was analysed
+    "analyzed": pl.Datetime("us", "UTC"),
     "job": pl.String(),
     "cause": pl.String(),
     "category": pl.String(),
@@ -55,9 +56,11 @@ def record(report: Report, *, job: str | None = None, when: datetime | None = No
     culprits = [r for r in report.ranks if r.status in _IMPLICATED]
     nodes = list(dict.fromkeys(n for n in [ff.node, *(r.node for r in culprits)] if n))
     ranks = list(dict.fromkeys(r for r in [ff.rank, *(r.rank for r in culprits)] if r is not None))
+    analyzed = when or datetime.now(timezone.utc)
     row: dict[str, Any] = {
         "id": uuid.uuid4().hex,
-        "time": when or datetime.now(timezone.utc),
+        "time": failure_time(ff.time) or analyzed,
+        "analyzed": analyzed,
         "job": job,
         "cause": v.cause,
         "category": v.category,
@@ -82,6 +85,29 @@ def append(store: str | os.PathLike[str], report: Report, *, job: str | None = N
     stamp = frame.item(0, "time").strftime("%Y%m%dT%H%M%S%f")
     host = _UNSAFE.sub("_", socket.gethostname())
     return _write_atomic(frame, folder / f"{stamp}-{_UNSAFE.sub('_', job or 'nojob')}-{host}-{frame.item(0, 'id')}.parquet")
+
+
+def failure_time(stamp: str | None) -> datetime | None:
+    """The first failure's ISO stamp as an aware datetime (UTC when it has no zone), or None.
+
+    A verdict is filed under the job's own failure time, so a week of history is the
+    week the jobs failed, not the week someone ran the analysis."""
+    if not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(stamp.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def node_jobs(table: pl.DataFrame, node: str) -> pl.DataFrame:
+    """The verdicts that implicate ``node``, newest first: the jobs behind a node's record."""
+    return (
+        table.filter(pl.col("nodes").list.contains(node) | (pl.col("first_node") == node))
+        .sort("time", descending=True)
+        .select("time", "job", "category", "cause", "first_rank", "first_node", "confidence", "summary")
+    )
 
 
 def _write_atomic(frame: pl.DataFrame, path: Path) -> Path:

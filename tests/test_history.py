@@ -167,3 +167,21 @@ def test_cli_history_compact(tmp_path: Path) -> None:
     result = runner.invoke(app, ["history", str(tmp_path), "--compact", "--format", "json"])
     assert result.exit_code == 0 and "merged 79 files" in result.stderr
     assert json.loads(result.stdout)["nodes"][0]["node"] == "gpu07" and len(list(tmp_path.glob("*.parquet"))) == 1
+
+
+def test_a_verdict_is_filed_under_the_jobs_own_failure_time_not_the_analysis_time() -> None:
+    report = verdict("cuda_oom", "gpu03")
+    report.verdict.first_failure.time = "2026-10-02T03:04:05"
+    row = record(report, job="7", when=T0).row(0, named=True)
+    assert row["time"] == datetime(2026, 10, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert row["analyzed"] == T0
+    assert record(verdict("cuda_oom", "gpu03"), when=T0).item(0, "time") == T0  # no stamp: the analysis time
+
+
+def test_history_node_lists_the_jobs_that_implicate_that_node(tmp_path: Path) -> None:
+    for i, node in enumerate(["gpu07", "gpu01", "gpu07"]):
+        append(tmp_path, verdict("gpu_hardware_fault", node), job=f"10{i}", when=T0 + timedelta(hours=i))
+    data = json.loads(runner.invoke(app, ["history", str(tmp_path), "--node", "gpu07", "-f", "json"]).stdout)
+    assert [j["job"] for j in data["jobs"]] == ["102", "100"]
+    text = runner.invoke(app, ["history", str(tmp_path), "--node", "gpu07"]).stdout
+    assert "2 verdict(s) implicate gpu07" in text and "job 102" in text
