@@ -159,8 +159,9 @@ def constrain(probs: dict[str, float], reasoning: Reasoning) -> tuple[dict[str, 
     """
     lead = reasoning.candidates[0] if reasoning.candidates else None
     out = dict(probs)
-    if lead is None and not reasoning.failed and reasoning.handled and "none" in out:
-        # the only errors were exceptions the process survived: the run went on, nothing failed
+    if lead is None and not reasoning.failed and "none" in out:
+        # no failure signal and no rule's cause (at most exceptions the process survived):
+        # the classifier alone cannot make a failure out of lines that show none
         return {label: (1.0 if label == "none" else 0.0) for label in out}, []
     said = lead.category if lead is not None else "unknown"
     if "none" in out and said != "none" and (reasoning.failed or lead is not None and said == "unknown"):

@@ -207,3 +207,10 @@ def test_a_classifier_only_cause_without_a_clear_margin_yields_to_a_weak_rules_c
     assert r.candidates[0].rules and r.candidates[0].weight < 0.5  # a weak rule: not protected outright
     out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.45, "user_code_error": 0.30}), model(threshold=0.0))
     assert out.candidates[0].category == "user_code_error"
+
+
+def test_lines_without_a_failure_signal_stay_none_whatever_the_classifier_favours() -> None:
+    ev, r = reasoned("epoch 1 | step 10 | loss 1.9\nepoch 1 | step 20 | loss 1.7\ntraining done\n")
+    assert not r.failed and not r.candidates
+    out = fuse.fuse(ev, r, prediction({"import_error": 0.9}), model())
+    assert out.candidates[0].category == "none"
