@@ -106,3 +106,16 @@ def test_the_terminal_report_follows_the_terminal_width(tmp_path: Path, monkeypa
     assert max(map(len, render(report, "terminal", color=False).splitlines())) <= 80
     monkeypatch.setenv("COLUMNS", "140")
     assert max(map(len, render(report, "terminal", color=False).splitlines())) > 100
+
+
+def test_a_log_that_ends_while_a_connection_is_retried_is_not_a_run_that_completed(tmp_path: Path) -> None:
+    log = tmp_path / "node1.log"
+    log.write_text(
+        "[W socket.cpp:663] [c10d] The client socket has failed to connect to [::ffff:10.0.0.9]:29500 (errno: 110 - Connection timed out).\n"
+    )
+    assert logsleuth.analyze(log).verdict.category != "none"
+    log.write_text(
+        "[W socket.cpp:663] [c10d] The client socket has failed to connect to [::ffff:10.0.0.9]:29500 (errno: 110 - Connection timed out).\n"
+        "epoch 1 | step 10 | loss 1.9\ntraining done\n"
+    )
+    assert logsleuth.analyze(log).verdict.category == "none"  # it connected in the end and trained

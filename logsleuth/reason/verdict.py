@@ -53,6 +53,9 @@ FAILURE_KINDS = (
 IS_FAILURE = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
 #: Messages that end a run without being a failure in themselves (interpreter shutdown noise).
 _SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
+#: A connection being retried (c10d's client socket, NCCL's bootstrap, Gloo): as the last line
+#: of a log, the process was still trying to reach its peers when the log ends.
+_STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect returned .*retrying|Connection (?:refused|timed out).*retry"
 
 
 def failure_signals(events: pl.DataFrame) -> pl.Series:
@@ -61,16 +64,17 @@ def failure_signals(events: pl.DataFrame) -> pl.Series:
     A job reads as ``none`` only when no event does. Besides the failure kinds
     (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
     line of its own, an NCCL error return (``init.cc:1234 -> 2``), a fatal line
-    (an allocator abort) and an error line that ends its file (a log cut right
-    after its error) all count. (A traceback cut before its exception line is
+    (an allocator abort), an error line that ends its file (a log cut right
+    after its error) and a connection still retried when its log ends all count. (A traceback cut before its exception line is
     already a traceback event: parse.python folds it.)
     """
     if events.is_empty():
         return pl.Series("failure", [], dtype=pl.Boolean)
     kind, level = pl.col("kind"), pl.col("level")
     last = pl.col("line") == pl.col("line").max().over("file")
-    ends_in_error = (
-        last & kind.is_in(["line", "exception"]) & (level == "error") & ~pl.col("message").str.contains(_SHUTDOWN_NOISE).fill_null(False)
+    ends_in_error = last & (
+        (kind.is_in(["line", "exception"]) & (level == "error") & ~pl.col("message").str.contains(_SHUTDOWN_NOISE).fill_null(False))
+        | (kind.is_in(["line", "nccl_info", "nccl_warn"]) & pl.col("message").str.contains(_STILL_CONNECTING).fill_null(False))
     )
     signal = (
         IS_FAILURE | (kind.is_in(["nccl_unwind", "line"]) & (pl.col("exit_code").fill_null(0) != 0)) | (level == "fatal") | ends_in_error
