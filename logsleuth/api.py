@@ -55,14 +55,16 @@ def analyze_jobs(
     redact: bool = True,
     model: str | os.PathLike[str] | None = None,
     classifier: bool = True,
+    merge: bool = False,
 ) -> list[Report]:
     """Like :func:`analyze`, one report per job: a folder of several jobs' logs is several post-mortems.
 
     A file belongs to the SLURM job its name (``slurm-<id>.out``, ``<name>-<id>.err``) or its own
     SLURM lines (``*** JOB <id> ...``) name; files naming none form a group of their own. Inputs of
     one job (or none) give one report. Reports are in job-id order, each with its ``job``.
+    ``merge=True`` gives :func:`analyze`'s single report (in a list).
     """
-    return _run(paths, rules=rules, budget_s=budget_s, stdin=stdin, redact=redact, model=model, classifier=classifier, split=True)
+    return _run(paths, rules=rules, budget_s=budget_s, stdin=stdin, redact=redact, model=model, classifier=classifier, split=not merge)
 
 
 def _run(

@@ -101,7 +101,6 @@ def analyze(
     merge: Annotated[bool, typer.Option("--merge", help="One report for all inputs, even when they hold several SLURM jobs.")] = False,
 ) -> None:
     """Analyse the logs of a job and print the verdict (one per job when the inputs hold several)."""
-    from .api import analyze as run
     from .api import analyze_jobs
     from .report.render import FORMATS, render_many, step_summary
 
@@ -114,8 +113,7 @@ def analyze(
     ruleset = _load_rules_or_exit(rules)
     if fail_on:
         _check_fail_on(fail_on, ruleset)
-    kwargs = {"rules": rules, "budget_s": budget, "redact": not no_redact, "model": model, "classifier": not no_model}
-    reports = [run(paths, **kwargs)] if merge else analyze_jobs(paths, **kwargs)  # type: ignore[arg-type]
+    reports = analyze_jobs(paths, rules=rules, budget_s=budget, redact=not no_redact, model=model, classifier=not no_model, merge=merge)
     use_color = (sys.stdout.isatty() and output is None) if color is None else color
     text = render_many(reports, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
     if output:

@@ -317,16 +317,18 @@ def _rules(path: Path, data: Mapping[str, Any], problems: list[str], *, trusted:
         rid = str(body.get("id", "?"))
         needle = 'id = "' + rid + '"'
         where = f"{path}:{_line_of(lines, needle)}"
-        found = _rule_problems(body, trusted=trusted)
+        patterns = _tuple(body.get("patterns"))
+        all_patterns = (*patterns, *_tuple(body.get("exclude")))
+        found = _rule_problems(body)
+        if trusted:
+            engine = "python" if any(_NEEDS_BACKTRACKING.search(p) for p in all_patterns) else "polars"
+        else:
+            engine, broken = _compiled(all_patterns)
+            found += broken
         if found:
             problems.extend(f"{where}: rule {rid}: {p}" for p in found)
             continue
         scope = body.get("scope") or {}
-        patterns = _tuple(body["patterns"])
-        all_patterns = (*patterns, *_tuple(body.get("exclude")))
-        engine = "python" if any(_NEEDS_BACKTRACKING.search(p) for p in all_patterns) else "polars"
-        if not trusted:
-            engine = _engine(all_patterns)
         role = body.get("role", "primary")
         weight = body.get("weight", 0.8)
         deferred = body.get("deferred", False)
@@ -352,8 +354,8 @@ def _rules(path: Path, data: Mapping[str, Any], problems: list[str], *, trusted:
         )
 
 
-def _rule_problems(body: Mapping[str, Any], *, trusted: bool) -> list[str]:
-    """Everything wrong with one rule table (empty when it is well formed)."""
+def _rule_problems(body: Mapping[str, Any]) -> list[str]:
+    """Everything wrong with one rule table's fields (empty when they are well formed)."""
     out: list[str] = []
     unknown = set(body) - _RULE_KEYS
     if unknown:
@@ -369,35 +371,29 @@ def _rule_problems(body: Mapping[str, Any], *, trusted: bool) -> list[str]:
     bad = set(body.get("scope") or {}) - set(SCOPE_COLUMNS)
     if bad:
         out.append(f"scope on unknown column(s) {', '.join(sorted(bad))}")
-    if not trusted:
-        out += [
-            _pattern_problem(p, why) for p in (*_tuple(body.get("patterns")), *_tuple(body.get("exclude"))) if (why := _uncompilable(p))
-        ]
     return out
 
 
-def _pattern_problem(pattern: str, why: str) -> str:
-    return f"pattern does not compile: {pattern!r}\n    " + why.replace("\n", "\n    ")
-
-
-def _uncompilable(pattern: str) -> str | None:
-    """Why neither engine takes the pattern (the whole message), or None."""
-    problem = _compile_problem(pattern)
-    return None if problem is None or _python_problem(pattern) is None else problem
-
-
-def _engine(patterns: Sequence[str]) -> str:
-    """'polars' if the linear-time engine takes every pattern, 'python' if some need the regex package."""
-    return "python" if any(_compile_problem(p) is not None for p in patterns) else "polars"
+def _compiled(patterns: Sequence[str]) -> tuple[str, list[str]]:
+    """Compile each pattern once: the engine that runs them all ('polars', the linear-time one,
+    unless some pattern needs the regex package) and the patterns neither engine takes."""
+    engine, broken = "polars", []
+    for pattern in patterns:
+        problem = _compile_problem(pattern)
+        if problem is None:
+            continue
+        if _python_problem(pattern) is None:
+            engine = "python"
+        else:
+            broken.append(f"pattern does not compile: {pattern!r}\n    " + problem.replace("\n", "\n    "))
+    return engine, broken
 
 
 def compile_problems(rule: Rule) -> list[str]:
     """Why a loaded rule's patterns do not compile (empty when they do); `rules check` uses it."""
-    patterns = (*rule.patterns, *rule.exclude)
-    broken = [f"{rule.origin}: rule {rule.id}: {_pattern_problem(p, why)}" for p in patterns if (why := _uncompilable(p))]
+    engine, broken = _compiled((*rule.patterns, *rule.exclude))
     if broken:
-        return broken
-    engine = _engine(patterns)
+        return [f"{rule.origin}: rule {rule.id}: {b}" for b in broken]
     if engine != rule.engine:
         return [f"{rule.origin}: rule {rule.id}: runs on the {rule.engine} engine but needs {engine}"]
     return []

@@ -32,6 +32,9 @@ EXCEPTION = (
 #: (a progress bar redrawn without a newline, a message printed with ``end=""``).
 #: (torchrun's failure table writes ``traceback : Traceback ...``: its own field, folded by parse.torch.)
 _HEADER_AT_END = r"(?:^|[^:\s]\s*)" + re.escape(HEADER) + r"\s*$"
+#: Lines a traceback shows (its frames, and source lines such as ``    self.optimizer.step()`` or
+#: ``    out = func(*args)``): the words of code, not the program's output, when a traceback runs on unfolded.
+SHOWN_SOURCE = r"""^\s*File "|^\s{2,}(?:return\s+|raise\s+|await\s+)?[\w.\[\]'"]+(?:\s*[-+*/]?=\s*[\w.\[\]]+)?\("""
 #: The message of a traceback whose exception line the input does not hold.
 CUT_OFF = "(traceback cut off before its exception line)"
 _LOOSE = r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(.*))?$"
@@ -45,7 +48,7 @@ _FOREIGN = r"NCCL (?:INFO|WARN)|^(?:slurmstepd|srun)[\w.-]*: "
 def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Return (the table without traceback lines, one event per traceback).
 
-    Only streams that print a traceback header are folded.
+    Only streams that print a traceback header, or a frame of one whose header was cut off, are folded.
     """
     inside, others = streams_with(df, f"{_HEADER_AT_END}|{_TRACEBACK_FRAME}")
     if inside.is_empty():

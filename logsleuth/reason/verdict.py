@@ -28,6 +28,7 @@ import polars as pl
 
 from logsleuth.events import matching
 from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
+from logsleuth.parse.python import SHOWN_SOURCE
 from logsleuth.rulebook import RuleSet
 
 from . import consistency, hangs, timeline
@@ -291,9 +292,6 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
 
 #: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
 _PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
-#: Source lines a traceback shows (``    self.optimizer.step()``, ``    out = func(*args)``) and its
-#: frames: the words of code, not progress, when another rank's traceback runs on unfolded.
-_TRACEBACK_SOURCE = r"""^\s*File "|^\s{2,}(?:return\s+|raise\s+|await\s+)?[\w.\[\]'"]+(?:\s*[-+*/]?=\s*[\w.\[\]]+)?\("""
 
 
 def _handled(ev: pl.DataFrame) -> list[int]:
@@ -314,7 +312,7 @@ def _handled(ev: pl.DataFrame) -> list[int]:
         (pl.col("kind") == "line")
         & (pl.col("level") == "info")
         & pl.col("message").str.contains(_PROGRESS)
-        & ~pl.col("message").str.contains(_TRACEBACK_SOURCE)
+        & ~pl.col("message").str.contains(SHOWN_SOURCE)
     )
     ordinary = ev.filter(progress).group_by("file", "rank").agg(pl.col("line").max().alias("_last_ok"))
     tb = ev.filter((pl.col("kind") == "traceback") & pl.col("level").is_in(["error", "fatal"]))

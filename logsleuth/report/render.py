@@ -32,8 +32,6 @@ def render_many(reports: list[Report], fmt: str, *, color: bool = True, width: i
         return render(reports[0], fmt, color=color, width=width, workspace=workspace)
     if fmt == "json":
         return json.dumps([r.to_dict() for r in reports], indent=2, ensure_ascii=False, default=str) + "\n"
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     parts = []
     for r in reports:
         head = f"job {r.job}" if r.job is not None else "files naming no job"
