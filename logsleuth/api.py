@@ -81,8 +81,9 @@ def _run(
     started = time.monotonic()
     if isinstance(paths, (str, os.PathLike)):  # one path given bare: a common slip, not an error
         paths = [paths]
-    inputs = ingest.expand(paths)
+    inputs: list[ingest.InputInfo] = []
     try:
+        inputs = ingest.expand(paths)
         ruleset = rulebook.load(rules or ())
         events = load_events(inputs, ruleset, budget_s=budget_s, stdin=stdin, redact=redact)
         groups = jobs.group(events, inputs)
@@ -108,7 +109,9 @@ def _run(
                 )
                 report.job = g.job
                 reports.append(report)
-    except Exception as exc:  # the promise: a report, never a traceback
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the promise: a report, never a traceback (a Rust panic is no Exception)
         reports = [_failed_report(inputs, exc)]
     return [redact_all(r) for r in reports] if redact else reports
 
@@ -241,17 +244,24 @@ _DATED_YEAR = r"\b((?:19|20)\d\d)-[01]\d-[0-3]\d[T ][0-2]\d:[0-5]\d"
 
 
 def _failed_report(inputs: list[ingest.InputInfo], exc: BaseException) -> Report:
-    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    spot = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
-    note = f"internal error{spot}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, rulebook.RuleError):  # the caller's rules, not logsleuth, are at fault
+        note = f"invalid rules: {exc}"
+        summary = "The rules given could not be loaded, so nothing was analysed; the note says what is wrong with them."
+        fix = ["Fix the rule files named in the note (`logsleuth rules check FILE` lists every problem)."]
+    else:
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        spot = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
+        note = f"internal error{spot}: {type(exc).__name__}: {exc}"
+        summary = "logsleuth could not finish the analysis; this is a bug in logsleuth, not in your job."
+        fix = ["Report this with the note below and, if you can, the logs."]
     verdict = Verdict(
         cause="unknown",
         category="unknown",
         confidence=0.0,
         first_failure=FirstFailure(),
         evidence=list[Evidence](),
-        summary="logsleuth could not finish the analysis; this is a bug in logsleuth, not in your job.",
-        fix=["Report this with the note below and, if you can, the logs."],
+        summary=summary,
+        fix=fix,
         title="Analysis failed",
     )
     return Report(

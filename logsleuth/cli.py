@@ -747,12 +747,31 @@ def main() -> None:
         code = 0
     except SystemExit as exc:
         code = _exit_status(exc.code)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException as exc:  # noqa: BLE001 - includes a Rust panic from a user's regex, which is no Exception
+        code = _internal_error(exc)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (`| head`) or stream: nothing more can be said
             code = code or 1
     os._exit(code)
+
+
+def _internal_error(exc: BaseException) -> int:
+    """A failure of logsleuth itself: one line naming where, never a traceback (unless asked), status 4.
+
+    Status 1 means "--fail-on matched", so a crash must not exit with it."""
+    import traceback
+
+    if os.environ.get("LOGSLEUTH_DEBUG"):
+        traceback.print_exception(exc)
+    frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" at {Path(frame[0].filename).name}:{frame[0].lineno}" if frame else ""
+    first = (str(exc).splitlines() or [""])[0][:300]
+    _err(f"internal error{where}: {type(exc).__name__}: {first} (LOGSLEUTH_DEBUG=1 shows the traceback; please report it)")
+    return EXIT_INTERNAL
 
 
 def _exit_status(code: object) -> int:

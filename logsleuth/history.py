@@ -111,10 +111,14 @@ def node_jobs(table: pl.DataFrame, node: str) -> pl.DataFrame:
 
 
 def _write_atomic(frame: pl.DataFrame, path: Path) -> Path:
+    """Write to a hidden file, then rename: readers never see half a file. A write that fails
+    (a full disk) is an OSError whichever engine wrote, so callers handle one kind of error."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         frame.write_parquet(tmp)
         os.replace(tmp, path)
+    except pl.exceptions.PolarsError as exc:
+        raise OSError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     finally:
         tmp.unlink(missing_ok=True)
     return path

@@ -260,7 +260,11 @@ def _tuple(value: Any) -> tuple[str, ...]:
 
 def _causes(path: Path, data: Mapping[str, Any], problems: list[str]) -> Iterable[Cause]:
     lines = _lines(path)
-    for cid, body in (data.get("cause") or {}).items():
+    table = data.get("cause") or {}
+    if not isinstance(table, dict):
+        problems.append(f"{path}:{_line_of(lines, 'cause')}: 'cause' at the top of a file must be tables [cause.<id>]; rules use [[rule]]")
+        return
+    for cid, body in table.items():
         where = f"{path}:{_line_of(lines, f'[cause.{cid}]')}"
         if not isinstance(body, dict):
             problems.append(f"{where}: cause.{cid} must be a table")
@@ -313,7 +317,11 @@ def _rules(path: Path, data: Mapping[str, Any], problems: list[str], *, trusted:
     every pattern at load, which would cost start-up time on every run; users' rules
     are compiled here so errors name file:line."""
     lines = _lines(path)
-    for body in data.get("rule") or []:
+    bodies = data.get("rule") or []
+    if not isinstance(bodies, list) or not all(isinstance(b, dict) for b in bodies):
+        problems.append(f"{path}:{_line_of(lines, 'rule')}: 'rule' must be an array of tables, written [[rule]]")
+        return
+    for body in bodies:
         rid = str(body.get("id", "?"))
         needle = 'id = "' + rid + '"'
         where = f"{path}:{_line_of(lines, needle)}"

@@ -297,3 +297,49 @@ def test_script_report_dir_is_owned_by_the_user_and_private(shared_dir: Path, tm
     mine = (spool / "nobody").stat()
     assert (mine.st_uid, stat.S_IMODE(mine.st_mode)) == (65534, 0o700)
     assert stat.S_IMODE((spool / "history").stat().st_mode) == 0o1733  # all may add, none may list
+
+
+@needs_root
+@pytest.mark.parametrize("mode", [0o1777, 0o777], ids=["sticky-world-writable", "world-writable"])
+def test_script_refuses_a_report_dir_users_may_write_where_a_link_was_planted(shared_dir: Path, tmp_path: Path, mode: int) -> None:
+    """A user who may write LOGSLEUTH_REPORT_DIR plants `<user> -> /a/root/folder`; root must not chown its target."""
+    probe = shared_dir / "args"
+    probe.write_text('#!/bin/sh\necho "args $*"\n')
+    probe.chmod(0o755)
+    spool, target = shared_dir / "spool", shared_dir / "roots-own"
+    spool.mkdir()
+    spool.chmod(mode)
+    target.mkdir(mode=0o755)
+    (spool / "nobody").symlink_to(target)
+    env = env_for(shared_dir, SLURM_JOB_UID="65534", SLURM_JOB_GID="65534", SLURM_JOB_USER="nobody")
+    proc, log = epilog(env, tmp_path / "c", f"LOGSLEUTH_CMD={probe}\nLOGSLEUTH_REPORT_DIR={spool}")
+    assert proc.returncode == 0 and "refusing LOGSLEUTH_REPORT_DIR" in log and "args" not in log
+    assert (target.stat().st_uid, stat.S_IMODE(target.stat().st_mode)) == (0, 0o755)
+
+
+@needs_root
+def test_script_never_chowns_through_a_link_in_the_report_dir(shared_dir: Path, tmp_path: Path) -> None:
+    probe = shared_dir / "args"
+    probe.write_text('#!/bin/sh\necho "args $*"\n')
+    probe.chmod(0o755)
+    spool, target = shared_dir / "spool", shared_dir / "roots-own"
+    spool.mkdir(mode=0o755)
+    target.mkdir(mode=0o755)
+    (spool / "nobody").symlink_to(target)
+    env = env_for(shared_dir, SLURM_JOB_UID="65534", SLURM_JOB_GID="65534", SLURM_JOB_USER="nobody")
+    proc, log = epilog(env, tmp_path / "c", f"LOGSLEUTH_CMD={probe}\nLOGSLEUTH_REPORT_DIR={spool}")
+    assert proc.returncode == 0 and "is a link" in log and "args" not in log
+    assert target.stat().st_uid == 0
+
+
+@needs_root
+def test_script_refuses_a_report_dir_a_user_owns(shared_dir: Path, tmp_path: Path) -> None:
+    probe = shared_dir / "args"
+    probe.write_text('#!/bin/sh\necho "args $*"\n')
+    probe.chmod(0o755)
+    spool = shared_dir / "spool"
+    spool.mkdir(mode=0o755)
+    os.chown(spool, 65534, 65534)
+    env = env_for(shared_dir, SLURM_JOB_UID="65534", SLURM_JOB_GID="65534", SLURM_JOB_USER="nobody")
+    proc, log = epilog(env, tmp_path / "c", f"LOGSLEUTH_CMD={probe}\nLOGSLEUTH_REPORT_DIR={spool}")
+    assert proc.returncode == 0 and "refusing LOGSLEUTH_REPORT_DIR" in log

@@ -61,18 +61,29 @@ case "$uid$gid" in *[!0-9]*|"") say "no numeric SLURM_JOB_UID/GID; skipped"; exi
 args=(epilog --budget "$LOGSLEUTH_BUDGET")
 [ "$LOGSLEUTH_WHEN" = always ] && args+=(--always)
 
+# As root, touch only folders no user can change: a folder a user may write to lets them
+# plant a link where root is about to create or chown something.
+trusted_dir() {  # a real folder (not a link), owned by root, writable by root alone
+    [ -d "$1" ] && [ ! -L "$1" ] && [ -n "$(find "$1" -maxdepth 0 -type d -user 0 ! -perm /022 2>/dev/null)" ]
+}
 if [ -n "$LOGSLEUTH_REPORT_DIR" ]; then
-    case "$user" in *[!A-Za-z0-9._-]*|"") user=$uid ;; esac
+    case "$user" in *[!A-Za-z0-9._-]*|.|..|"") user=$uid ;; esac
     dir="$LOGSLEUTH_REPORT_DIR/$user"
     if [ "$(id -u)" = 0 ]; then
-        install -d -m 0755 "$LOGSLEUTH_REPORT_DIR" && install -d -o "$uid" -g "$gid" -m 0700 "$dir" \
-            || { say "cannot create $dir"; exit 0; }
+        [ -e "$LOGSLEUTH_REPORT_DIR" ] || [ -L "$LOGSLEUTH_REPORT_DIR" ] || install -d -m 0755 "$LOGSLEUTH_REPORT_DIR"
+        trusted_dir "$LOGSLEUTH_REPORT_DIR" \
+            || { say "refusing LOGSLEUTH_REPORT_DIR=$LOGSLEUTH_REPORT_DIR: it must be a folder owned by root that only root may write"; exit 0; }
+        # mkdir never follows a link; an existing entry must be a real folder, made ours with chown -h
+        mkdir -m 0700 "$dir" 2>/dev/null
+        if [ -L "$dir" ] || [ ! -d "$dir" ] || ! chown -h "$uid:$gid" "$dir" || ! chmod 0700 "$dir"; then
+            say "cannot create $dir (or it is a link)"; exit 0
+        fi
     fi
     args+=(--report-dir "$dir")
 fi
 if [ -n "$LOGSLEUTH_STORE" ]; then
     # every job's user appends to it: writable by all, listable by none, files kept by their owner
-    [ -d "$LOGSLEUTH_STORE" ] || install -d -m 1733 "$LOGSLEUTH_STORE" || say "cannot create $LOGSLEUTH_STORE"
+    [ -e "$LOGSLEUTH_STORE" ] || [ -L "$LOGSLEUTH_STORE" ] || install -d -m 1733 "$LOGSLEUTH_STORE" || say "cannot create $LOGSLEUTH_STORE"
     args+=(--store "$LOGSLEUTH_STORE")
 fi
 
