@@ -247,12 +247,14 @@ def _print_events(table: "pl.DataFrame", limit: int) -> None:
     """One line per event: location, who, what, message; cut to the terminal width."""
     import shutil
 
+    from .report.render import printable
+
     width = shutil.get_terminal_size((160, 20)).columns
     for row in table.head(limit).iter_rows(named=True):
         who = " ".join(x for x in (f"r{row['rank']}" if row["rank"] is not None else "", row["node"] or "") if x)
         head = f"{row['file']}:{row['line']}  {who or '-'}  {row['source']}/{row['level']}  {row['kind']}  "
         text = (row["message"] or "").replace("\n", " ⏎ ")
-        typer.echo((head + text)[:width])
+        typer.echo(printable(head + text)[:width])
     if table.height > limit:
         typer.echo(f"… {table.height - limit} more events (use --limit or --output)", err=True)
 

@@ -7,11 +7,31 @@ summary, fix}, candidates, inputs); everything else is additional.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 SCHEMA_VERSION = "1"
+
+T = TypeVar("T")
+
+
+def map_text(value: T, fn: Callable[[str], str]) -> T:
+    """A copy of a report (or any part of one) with ``fn`` applied to every string in it.
+
+    Dict keys are left alone: they are the contract's field names, not log text."""
+    if isinstance(value, str):
+        return fn(value)  # type: ignore[return-value]
+    if isinstance(value, list):
+        return [map_text(v, fn) for v in value]  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {k: map_text(v, fn) for k, v in value.items()}  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: map_text(getattr(value, f.name), fn) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    return value
 
 
 @dataclass

@@ -5,17 +5,38 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 
-from .model import Evidence, Report
+from .model import Evidence, Report, map_text
 
 FORMATS = ("terminal", "json", "markdown", "github")
 _STATUS_ORDER = {"culprit": 0, "failed": 1, "hung": 2, "victim": 3, "finished": 4, "unknown": 5}
 
 
+#: What a log or a file name may carry that would act on the reader's terminal instead of being
+#: read: escape sequences (colour, cursor moves, OSC titles and links), backspace and carriage
+#: return (which overwrite what was shown), other C0/C1 controls, and Unicode direction overrides.
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor, erase
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window title, hyperlinks
+    r"|\x1b[@-_]?"  # other escapes, or a lone ESC
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def printable(text: str) -> str:
+    """``text`` without control characters: a log line is shown, never obeyed. Tabs become spaces."""
+    return _CONTROL.sub("", text.replace("\t", " "))
+
+
 def render(report: Report, fmt: str, *, color: bool = True, width: int | None = None, workspace: str | None = None) -> str:
-    """Render a report in one of FORMATS (``workspace``: the GitHub checkout, for relative annotation paths)."""
+    """Render a report in one of FORMATS (``workspace``: the GitHub checkout, for relative annotation paths).
+
+    JSON keeps every character (its escaping is exact); the formats a person or GitHub
+    reads get the report with control characters removed."""
     if fmt == "json":
         return report.to_json() + "\n"
+    report = map_text(report, printable)
     if fmt == "markdown":
         return markdown(report)
     if fmt == "github":
@@ -158,42 +179,67 @@ def _cascade_lines(report: Report, limit: int = 4) -> list[str]:
     return out
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+#: Characters that would make Markdown of log text: emphasis, code, links and images, HTML,
+#: table cells, strikethrough, entities. Each is backslash-escaped (CommonMark allows it for
+#: any ASCII punctuation), so the text reads as written.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&#!])")
+#: `@name` pings a GitHub user from a comment or step summary; a zero-width space stops it.
+_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+
+
+def _md(text: str) -> str:
+    """Log-derived text as literal Markdown, on one line."""
+    return _MENTION.sub("@\u200b", _MD_SPECIAL.sub(r"\\\1", text.replace("\n", " ")))
+
+
+def _md_code(text: str) -> str:
+    """An inline code span that no backtick in ``text`` can close early."""
+    text = text.replace("\n", " ")
+    ticks = "`" * (max((len(m) for m in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _md_block(text: str, indent: str = "  ") -> list[str]:
+    """A fenced code block no line of ``text`` can close early."""
+    fence = "`" * max(3, max((len(m) for m in re.findall("`+", text)), default=0) + 1)
+    return [indent + fence, *(indent + line for line in text.splitlines() or [""]), indent + fence]
 
 
 def markdown(report: Report, *, heading: str = "##") -> str:
-    """GitHub-flavoured Markdown (also what CI step summaries get)."""
+    """GitHub-flavoured Markdown (also what CI step summaries get); log text is escaped, never rendered."""
+    report = map_text(report, printable)
     v = report.verdict
     ff = v.first_failure
-    out = [f"{heading} logsleuth: {v.title or v.cause}", ""]
-    out.append(f"**Cause:** `{v.cause}` (category `{v.category}`), confidence {v.confidence:.0%}  ")
+    out = [f"{heading} logsleuth: {_md(v.title or v.cause)}", ""]
+    out.append(f"**Cause:** {_md_code(v.cause)} (category {_md_code(v.category)}), confidence {v.confidence:.0%}  ")
     if v.category != "none":
         when = f" at {ff.time}" if ff.time else ""
-        out.append(f"**First failure:** {_where(ff.rank, ff.node)}{when}  ")
-    out += ["", v.summary, ""]
+        out.append(f"**First failure:** {_md(_where(ff.rank, ff.node) + when)}  ")
+    out += ["", _md(v.summary), ""]
     if v.evidence:
         out += ["**Evidence**", ""]
         for e in v.evidence:
-            who = f" ({_where(e.rank, e.node)})" if (e.rank is not None or e.node) else ""
-            out.append(f"- `{e.file}:{e.line}`{who}")
-            out += ["  ```", "  " + e.text.strip()[:500], "  ```"]
+            who = f" ({_md(_where(e.rank, e.node))})" if (e.rank is not None or e.node) else ""
+            out.append(f"- {_md_code(f'{e.file}:{e.line}')}{who}")
+            out += _md_block(e.text.strip()[:500])
         out.append("")
     if v.fix:
+        # fix steps are authored Markdown (rule and cause files), not log text
         out += ["**Fix**", ""] + [f"{i}. {step}" for i, step in enumerate(v.fix, 1)] + [""]
     rows = _rank_summary(report)
     if rows:
-        out += ["| status | ranks |", "|---|---|"] + [f"| {s} | {_md_escape(r)} |" for s, r in rows] + [""]
+        out += ["| status | ranks |", "|---|---|"] + [f"| {s} | {_md(r)} |" for s, r in rows] + [""]
     cascade = _cascade_lines(report)
     if cascade:
-        out += [f"- {_md_escape(line)}" for line in cascade] + [""]
+        out += [f"- {_md(line)}" for line in cascade] + [""]
     if len(report.candidates) > 1:
         out += ["<details><summary>Other candidates</summary>", ""]
-        out += [f"- `{c.cause}` ({c.category}), {c.confidence:.0%}" for c in report.candidates[1:]]
+        out += [f"- {_md_code(c.cause)} ({_md(c.category)}), {c.confidence:.0%}" for c in report.candidates[1:]]
         out += ["", "</details>", ""]
     problems = [(i.file, p) for i in report.inputs for p in i.problems]
     if problems:
-        out += ["**Input problems**", ""] + [f"- `{n}`: {_md_escape(p)}" for n, p in problems] + [""]
+        out += ["**Input problems**", ""] + [f"- {_md_code(n)}: {_md(p)}" for n, p in problems] + [""]
     return "\n".join(out)
 
 
