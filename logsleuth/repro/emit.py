@@ -2,7 +2,10 @@
 
 Every value in a script comes from a Plan, where names, values and node names
 were validated, and is quoted with shlex.quote all the same: a log is
-untrusted text and must never reach a shell as code.
+untrusted text and must never reach a shell as code. Nor does a log choose the
+rendezvous host: it is the user's MASTER_ADDR (``--env`` or the environment
+the script runs in), a node the user named with ``--nodes``, or the first node
+of the Slurm allocation at run time, never a host read in a log.
 """
 
 from __future__ import annotations
@@ -70,7 +73,22 @@ def _comment(text: str) -> str:
 
 
 def _exports(plan: Plan, skip: tuple[str, ...] = ()) -> list[str]:
-    return [f"export {name}={shlex.quote(value)}" for name, value in sorted(plan.env.items()) if name not in skip]
+    names = [name for name in sorted(plan.env) if name not in skip]
+    lines: list[str] = []
+    for source, label in (("logs", "tuning settings from the logs"), ("flag", "from --env")):
+        chosen = [n for n in names if plan.origin.get(f"env.{n}", "flag") == source]
+        if chosen:
+            lines.append(_comment(f"{label}: {', '.join(chosen)}"))
+    return lines + [f"export {name}={shlex.quote(plan.env[name])}" for name in names]
+
+
+def _user_addr(plan: Plan) -> str | None:
+    """The rendezvous host the user gave: --env MASTER_ADDR, else the first of --nodes; never one from a log."""
+    if plan.env.get("MASTER_ADDR"):
+        return plan.env["MASTER_ADDR"]
+    if plan.nodes and plan.origin.get("nodes") == "flag":
+        return plan.nodes[0]
+    return None
 
 
 def _worker(plan: Plan) -> str:
@@ -117,11 +135,18 @@ def _torchrun(plan: Plan) -> str:
     nodes = " ".join(plan.nodes) if plan.nodes else "the nodes"
     lines += [f"# run once on each of {nodes} (e.g. srun --nodes={plan.nnodes} --ntasks-per-node=1 THIS_FILE)", ""]
     lines += ["set -euo pipefail", *_exports(plan, skip=("MASTER_ADDR", "MASTER_PORT"))]
-    addr = plan.env.get("MASTER_ADDR") or (plan.nodes[0] if plan.nodes else None)
+    addr = _user_addr(plan)
     port = plan.env.get("MASTER_PORT", "29500")
-    lines.append(
-        f"endpoint={shlex.quote(f'{addr}:{port}')}" if addr else f'endpoint="${{MASTER_ADDR:?set MASTER_ADDR to the first node}}:{port}"'
-    )
+    if addr:
+        lines.append(f"endpoint={shlex.quote(f'{addr}:{port}')}")
+    else:
+        lines += [
+            "# rendezvous host: MASTER_ADDR if set, else the allocation's first node (never a host read in the logs)",
+            'if [ -z "${MASTER_ADDR:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then',
+            '  MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)" || true',
+            "fi",
+            f'endpoint="${{MASTER_ADDR:?set MASTER_ADDR to the first node, or run inside a Slurm allocation}}:{port}"',
+        ]
     lines += [
         f'exec "${{TORCHRUN:-torchrun}}" --nnodes={plan.nnodes} --nproc-per-node={plan.nproc} '
         '--rdzv-backend=c10d --rdzv-endpoint="$endpoint" --rdzv-id=logsleuth-repro '

@@ -1,9 +1,15 @@
 """What to reproduce: the collective, its shape, the processes and the environment.
 
 A Plan comes from the logs (the watchdog's OpType and NumelIn, the ranks and
-nodes seen, the NCCL_/GLOO_/MASTER_ settings printed), from the flags, or from
+nodes seen, the NCCL/gloo tuning settings printed), from the flags, or from
 both, a flag always winning. Everything that later reaches a process
 environment or a script is validated here, once: a log is untrusted text.
+
+A log never decides where a process connects, what it loads or what it
+writes: of the variables a log sets only those on LOG_ENV_ALLOWED (NCCL's and
+gloo's tuning knobs) are carried over; MASTER_ADDR, NCCL_COMM_ID, plugins,
+files and the rest are dropped with a note, and the user may set them again
+with ``--env``, which is the user confirming them.
 """
 
 from __future__ import annotations
@@ -65,11 +71,127 @@ _NEAREST = {"REDUCE": "all_reduce", "GATHER": "all_gather", "SCATTER": "broadcas
 ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "MASTER_", "CUDA_")
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _ENV_VALUE = re.compile(r"^[A-Za-z0-9_.,:/@%^=+\-]{1,256}$")
-#: Name parts of variables that make a process load code or write files where a log says.
-_ENV_DENY = ("FILE", "PATH", "DIR", "PLUGIN", "INJECTION", "HOME", "CACHE")
+#: Name parts of variables that make a process load code or write files where a log says
+#: (DIR as a whole word: NCCL_P2P_DIRECT_DISABLE is a tuning setting, TORCH_EXTENSIONS_DIR a folder).
+_ENV_DENY = re.compile(r"FILE|PATH|(?:^|_)DIRS?(?:_|$)|PLUGIN|INJECTION|HOME|CACHE|PRELOAD|(?:^|_)LIB")
+#: The only variables taken over from a log: NCCL's and gloo's tuning settings. None of them
+#: names an address, a port, a host, a file, a folder, a plugin, a library or a command; the
+#: rest (MASTER_ADDR, NCCL_COMM_ID, NCCL_RAS_ADDR, NCCL_*_PLUGIN, NCCL_*_FILE, TORCH_TRACE, ...)
+#: would let whoever wrote the log choose whom a rank rendezvouses with or what it loads.
+LOG_ENV_ALLOWED = frozenset(
+    {
+        # interfaces and sockets
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_SOCKET_FAMILY",
+        "NCCL_SOCKET_NTHREADS",
+        "NCCL_NSOCKS_PERTHREAD",
+        "NCCL_SOCKET_RETRY_CNT",
+        "NCCL_SOCKET_RETRY_SLEEP_MSEC",
+        "NCCL_OOB_NET_ENABLE",
+        "NCCL_OOB_NET_IFNAME",
+        "NCCL_CROSS_NIC",
+        "GLOO_SOCKET_IFNAME",
+        "GLOO_DEVICE_TRANSPORT",
+        # InfiniBand / RoCE
+        "NCCL_IB_DISABLE",
+        "NCCL_IB_HCA",
+        "NCCL_IB_TIMEOUT",
+        "NCCL_IB_RETRY_CNT",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_IB_ROCE_VERSION_NUM",
+        "NCCL_IB_SL",
+        "NCCL_IB_TC",
+        "NCCL_IB_FIFO_TC",
+        "NCCL_IB_QPS_PER_CONNECTION",
+        "NCCL_IB_SPLIT_DATA_ON_QPS",
+        "NCCL_IB_CUDA_SUPPORT",
+        "NCCL_IB_PCI_RELAXED_ORDERING",
+        "NCCL_IB_ADAPTIVE_ROUTING",
+        "NCCL_IB_AR_THRESHOLD",
+        "NCCL_IB_ECE_ENABLE",
+        "NCCL_IB_MERGE_NICS",
+        "NCCL_IB_MERGE_VFS",
+        "NCCL_IB_RETURN_ASYNC_EVENTS",
+        # network, GPUDirect RDMA
+        "NCCL_NET",
+        "NCCL_NET_GDR_LEVEL",
+        "NCCL_NET_GDR_READ",
+        "NCCL_NET_GDR_C2C",
+        "NCCL_NET_SHARED_BUFFERS",
+        "NCCL_NET_SHARED_COMMS",
+        "NCCL_NET_DISABLE_INTRA",
+        "NCCL_NET_FORCE_FLUSH",
+        "NCCL_DMABUF_ENABLE",
+        "NCCL_COLLNET_ENABLE",
+        "NCCL_COLLNET_NODE_THRESHOLD",
+        # peer-to-peer and shared memory
+        "NCCL_P2P_DISABLE",
+        "NCCL_P2P_LEVEL",
+        "NCCL_P2P_DIRECT_DISABLE",
+        "NCCL_P2P_NET_CHUNKSIZE",
+        "NCCL_P2P_PCI_CHUNKSIZE",
+        "NCCL_P2P_NVL_CHUNKSIZE",
+        "NCCL_P2P_PXN_LEVEL",
+        "NCCL_PXN_DISABLE",
+        "NCCL_SHM_DISABLE",
+        "NCCL_SHM_USE_CUDA_MEMCPY",
+        "NCCL_SHM_MEMCPY_MODE",
+        "NCCL_SHM_LOCALITY",
+        "NCCL_NVB_DISABLE",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_NVLS_NCHANNELS",
+        "NCCL_MNNVL_ENABLE",
+        "NCCL_CUMEM_ENABLE",
+        "NCCL_CUMEM_HOST_ENABLE",
+        "NCCL_IGNORE_CPU_AFFINITY",
+        "NCCL_IGNORE_DISABLED_P2P",
+        # algorithms, channels, buffers, launch
+        "NCCL_ALGO",
+        "NCCL_PROTO",
+        "NCCL_BUFFSIZE",
+        "NCCL_NTHREADS",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_MAX_CTAS",
+        "NCCL_MIN_CTAS",
+        "NCCL_CGA_CLUSTER_SIZE",
+        "NCCL_NCHANNELS_PER_NET_PEER",
+        "NCCL_CTA_POLICY",
+        "NCCL_LL_THRESHOLD",
+        "NCCL_TREE_THRESHOLD",
+        "NCCL_SINGLE_RING_THRESHOLD",
+        "NCCL_LAUNCH_MODE",
+        "NCCL_RUNTIME_CONNECT",
+        "NCCL_GRAPH_MIXING_SUPPORT",
+        "NCCL_GRAPH_REGISTER",
+        "NCCL_LOCAL_REGISTER",
+        "NCCL_LEGACY_CUDA_REGISTER",
+        "NCCL_WORK_FIFO_DEPTH",
+        "NCCL_COMM_BLOCKING",
+        "NCCL_CHECKS_DISABLE",
+        "NCCL_CHECK_POINTERS",
+        "NCCL_SET_STACK_SIZE",
+        "NCCL_SET_THREAD_NAME",
+        "NCCL_UID_STAGGER_THRESHOLD",
+        "NCCL_UID_STAGGER_RATE",
+        # error handling and timeouts (old names PyTorch still reads)
+        "NCCL_ASYNC_ERROR_HANDLING",
+        "NCCL_BLOCKING_WAIT",
+        # debugging output, to stderr (NCCL_DEBUG_FILE, which names a file, is not here)
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_WARN_ENABLE_DEBUG_INFO",
+    }
+)
 #: Variables the launcher sets on the node where it runs; a log's value is another machine's.
 _NOT_FROM_LOGS = frozenset({"CUDA_VISIBLE_DEVICES"})
-_ASSIGN = re.compile(r"(?:^|[^A-Za-z0-9_])((?:NCCL|GLOO|TORCH|MASTER|CUDA)_[A-Z0-9_]+)=(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"';)]+)")
+#: Names a log may set that point at a place to connect to (checked before any other reason).
+_ENDPOINTS = frozenset({"MASTER_ADDR", "MASTER_PORT", "NCCL_COMM_ID"})
+#: Besides the families carried over, variables that are only looked for so a note can say they were dropped.
+_ASSIGN = re.compile(
+    r"(?:^|[^A-Za-z0-9_])((?:NCCL|GLOO|TORCH|MASTER|CUDA)_[A-Z0-9_]+|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT)"
+    r"=(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"';)]+)"
+)
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 #: The line prefix that carries a rank's result (JSON) on the worker's stdout.
@@ -114,13 +236,43 @@ def env_problem(name: str, value: str) -> str | None:
         return f"{name!r} is not a valid variable name"
     if not name.startswith(ENV_PREFIXES):
         return f"{name} is not an NCCL_/GLOO_/TORCH_/MASTER_/CUDA_ variable"
-    if any(part in name for part in _ENV_DENY):
+    if _ENV_DENY.search(name):
         return f"{name} names a file, folder or library; it is never carried over"
     if not _ENV_VALUE.match(value):
         return f"the value of {name} is empty, too long or has characters outside letters, digits and _.,:/@%^=+-"
     if name == "MASTER_PORT" and not (value.isdigit() and 0 < int(value) < 65536):
         return f"MASTER_PORT={value} is not a port number (1-65535)"
     return None
+
+
+def log_env_problem(name: str, value: str) -> str | None:
+    """Why ``name=value``, read in a log, is not carried over; None when it is (an allowed tuning setting, safe value)."""
+    if name in LOG_ENV_ALLOWED:
+        return env_problem(name, value)
+    if name in _NOT_FROM_LOGS:
+        return "the launcher sets it on the node where it runs"
+    upper = name.upper()
+    if name == "NCCL_HOSTID" or re.search(r"(?:^|_)(?:HOST|HOSTID|HOSTNAME)(?:_|$)", upper):
+        return "names a host"
+    if name in _ENDPOINTS or re.search(r"ADDR|(?:^|_)(?:PORT|ENDPOINT|URL|URI|ID|SERVER)(?:_|$)", upper):
+        return "names an endpoint"
+    if re.search(r"PLUGIN|LIB|PRELOAD|AUDIT|INJECTION", upper):
+        return "loads a library"
+    if name == "TORCH_TRACE" or re.search(r"FILE|PATH|DIR|HOME|CACHE", upper):
+        return "names a file or folder"
+    if re.search(r"(?:^|_)(?:CMD|COMMAND|EXEC|SHELL|SCRIPT)(?:_|$)", upper):
+        return "runs a command"
+    return "not an NCCL/gloo tuning setting the reproducer takes from logs"
+
+
+def _dropped_note(name: str, value: str, why: str) -> str:
+    """The note for a setting left behind: what, why, and how the user keeps it (when --env would take it)."""
+    shown = name if _ENV_NAME.match(name) else ascii(name)
+    if not _ENV_VALUE.match(value):  # unsafe or unprintable: the note must not carry it either
+        return f"dropped {shown} from the logs: {why}"
+    if env_problem(name, value) is None:
+        return f"dropped {shown}={value} from the logs: {why}; pass --env {name}={value} to keep it"
+    return f"dropped {shown}={value} from the logs: {why}; never carried over"
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -280,28 +432,26 @@ def _find_shape(events: pl.DataFrame, found: Found) -> None:
 
 
 def _find_env(events: pl.DataFrame, found: Found) -> None:
-    """NCCL_/GLOO_/TORCH_/MASTER_/CUDA_ settings the logs print; the first value of each wins."""
+    """The tuning settings the logs print (LOG_ENV_ALLOWED); the first value of each wins, the rest get a note."""
     seen: dict[str, list[str]] = {}
     detail = events.filter(pl.col("kind") == "nccl_env").get_column("detail").drop_nulls()
     for text in detail:
         name, _, value = text.partition("=")
         seen.setdefault(name, []).append(value)
-    lines = events.filter(pl.col("message").str.contains(r"(?:NCCL|GLOO|TORCH|MASTER|CUDA)_[A-Z0-9_]+=")).get_column("message")
+    lines = events.filter(pl.col("message").str.contains(r"(?:NCCL|GLOO|TORCH|MASTER|CUDA)_[A-Z0-9_]+=|LD_[A-Z_]+=")).get_column("message")
     for text in lines:
         for name, raw in _ASSIGN.findall(text):
             seen.setdefault(name, []).append(raw.strip("'\"") if raw[0] in "'\"" else raw.rstrip(",.:"))
     for name, values in seen.items():
         distinct = list(dict.fromkeys(values))
         value = distinct[0]
-        if name in _NOT_FROM_LOGS:
-            found.notes.append(f"{name}={value} in the logs is not carried over: the launcher sets it on the node where it runs")
-            continue
-        problem = env_problem(name, value)
+        problem = log_env_problem(name, value)
         if problem:
-            found.notes.append(f"not carried over from the logs: {problem}")
+            found.notes.append(_dropped_note(name, value, problem))
             continue
         if len(distinct) > 1:
-            found.notes.append(f"{name} has {len(distinct)} values in the logs ({', '.join(distinct[:4])}); using {value}")
+            shown = ", ".join(v if _ENV_VALUE.match(v) else "(unsafe value)" for v in distinct[:4])
+            found.notes.append(f"{name} has {len(distinct)} values in the logs ({shown}); using {value}")
         found.env[name] = value
 
 
@@ -450,11 +600,19 @@ def make_plan(
     node_list = expand_nodes(nodes) if nodes else _suspect_nodes(found, notes)
     if nodes:
         origin["nodes"] = "flag"
-    merged = {**found.env, **(env or {})}
+    # a Found made by hand (not by find()) is held to the same rule: only tuning settings come from logs
+    logged_env = {k: v for k, v in found.env.items() if log_env_problem(k, v) is None}
+    for name, value in (env or {}).items():
+        problem = env_problem(name, value)
+        if problem:
+            raise PlanError(f"--env {name}: {problem}")
+    merged = {**logged_env, **(env or {})}
     if env:
         origin["env"] = "flag"
-    elif found.env:
+    elif logged_env:
         origin["env"] = "logs"
+    for name in merged:
+        origin[f"env.{name}"] = "flag" if env and name in env else "logs"
     if chosen_op in ("reduce_scatter", "all_to_all"):
         step = math.lcm(world or n, n * max(1, len(node_list)))
         if count % step:

@@ -141,12 +141,17 @@ def check_torch() -> None:
 
 
 def adapt_to_host(plan: Plan) -> tuple[Plan, list[str]]:
-    """Fit a plan to this machine and say why: a remote MASTER_ADDR, interfaces this host lacks, memory it lacks."""
+    """Fit a plan to this machine and say why: a remote MASTER_ADDR, interfaces this host lacks, memory it lacks.
+
+    Every rank of a local run is on this machine, so they rendezvous here: on
+    127.0.0.1 unless the user's own ``--env MASTER_ADDR`` names this machine (a
+    plan never holds a MASTER_ADDR read in a log).
+    """
     notes: list[str] = []
     env = dict(plan.env)
     addr = env.get("MASTER_ADDR")
     if addr and not _is_local_address(addr):
-        notes.append(f"MASTER_ADDR={addr} is not this machine; the local run uses 127.0.0.1 (an emitted script keeps the job's nodes)")
+        notes.append(f"MASTER_ADDR={addr} is not this machine; the local run uses 127.0.0.1 (an emitted script uses {addr})")
         env["MASTER_ADDR"] = "127.0.0.1"
     known = {name for _, name in socket.if_nameindex()}
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):

@@ -45,7 +45,8 @@ def test_sbatch_script_runs_the_suspect_collective_on_the_implicated_nodes() -> 
     text = script(plan, "sbatch")
     assert "#SBATCH --nodes=2\n" in text and "#SBATCH --ntasks-per-node=2\n" in text
     assert "#SBATCH --nodelist=gpu-a01,gpu-a02\n" in text and "#SBATCH --gpus-per-node=2\n" in text
-    assert "export NCCL_SOCKET_IFNAME='^docker0,lo'\n" in text and "export MASTER_PORT=29511\n" in text
+    assert "export NCCL_SOCKET_IFNAME='^docker0,lo'\n" in text and "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n" in text
+    assert "29511" not in text  # the logged port is not the rendezvous port (issue 18)
     assert "srun --label" in text and "-m logsleuth.repro.worker --op=reduce_scatter --numel=4194304 --dtype=float32" in text
     assert "reduce_scatter_perf -b 16777216" in text
 
@@ -76,8 +77,10 @@ def test_emit_from_logs_reports_what_it_did_not_carry_over(tmp_path: Path) -> No
     result = runner.invoke(app, ["repro", str(log), "--emit", "torchrun"])
     assert result.exit_code == 0
     assert result.stdout.startswith("#!/bin/bash\n") and "--nnodes=2 --nproc-per-node=2" in result.stdout
-    assert "endpoint=gpu-a01:29511" in result.stdout
-    assert "note: not carried over from the logs: NCCL_DEBUG_FILE" in result.stderr
+    assert "gpu-a01:" not in result.stdout and "29511" not in result.stdout  # the endpoint is never the log's
+    assert '"${MASTER_ADDR:?' in result.stdout
+    assert "note: dropped NCCL_DEBUG_FILE=/tmp/nccl.%h.log from the logs: names a file or folder" in result.stderr
+    assert "note: dropped MASTER_ADDR=gpu-a01 from the logs: names an endpoint; pass --env MASTER_ADDR=gpu-a01 to keep it" in result.stderr
 
 
 @pytest.mark.parametrize(
