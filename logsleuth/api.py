@@ -1,6 +1,7 @@
 """analyze(): the library entry point; wires ingest -> parse -> match -> reason -> report.
 
-It never raises and never outlives its budget by more than one block of work:
+It never raises and keeps to its time budget (reading stops at READ_SHARE of it, so
+the analysis of what was read fits in the rest; a read that hangs is given up):
 an epilog calls it and must always get a report back.
 """
 
@@ -36,7 +37,8 @@ def analyze(
 
     ``paths``: files, globs, directories, ``.gz`` files, or ``-`` for stdin.
     ``rules``: extra rule folders or files (override built-in rules by id).
-    ``budget_s``: stop reading after this many seconds and report on what was read.
+    ``budget_s``: return within about this many seconds, reporting on what was read
+    (the end of each large file is read first).
     ``redact``: replace secrets (tokens, keys, passwords) in every text of the report.
     ``model``: the classifier to fuse with the rules (default: the shipped one);
     ``classifier=False`` reasons from rules alone.
@@ -140,6 +142,10 @@ def _diagnose(
 
 
 #: Input problems after which the rest of an input was not read.
+#: Share of a time budget spent reading; the rest is for parsing, matching and reasoning,
+#: whose work is bounded by the lines kept (ingest.MAX_KEPT_LINES).
+READ_SHARE = 0.8
+
 _CUT_SHORT = ("time budget ran out", "the rest was not read", "truncated gzip", "corrupt gzip")
 
 
@@ -202,7 +208,7 @@ def load_events(
     ingested = ingest.ingest(
         inputs,
         [*parse.KEYWORDS, *ruleset.keywords],
-        deadline=ingest.deadline_from_budget(budget_s),
+        deadline=ingest.deadline_from_budget(None if budget_s is None else budget_s * READ_SHARE),
         stdin=stdin,
     )
     events = reason.resolve_identity(parse.build(ingested.lines, _years(inputs, ingested.lines)))

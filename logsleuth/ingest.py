@@ -3,7 +3,9 @@
 Only lines that can matter reach the parsers: a keyword prefilter (Aho-Corasick
 over the raw text, in polars) keeps error-ish and structural lines, plus the
 tail of every file so the last words of each writer are known. Everything else
-is counted, not kept, so memory stays bounded by what is interesting.
+is counted, not kept, and so are kept lines past a cap per message shape and per
+input, so memory stays bounded whatever the input. Under a deadline the end of a
+large file is read first and a read that hangs is given up.
 
 Bad input never raises: every problem becomes a message in the input's
 ``problems`` list and the remaining inputs are still read.
@@ -19,15 +21,18 @@ import gzip
 import io
 import itertools
 import os
+import queue
 import re
+import stat
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, BinaryIO, TypeVar
+from typing import IO, BinaryIO, Protocol, TypeVar
 
 import polars as pl
 
@@ -44,6 +49,15 @@ BINARY_RATIO = 0.10
 
 #: Blocks decoded ahead of the one being collected (memory: about this many blocks).
 READ_AHEAD = 3
+#: Under a time budget, the last bytes of a large file are read before the rest: the failure
+#: is nearly always at the end, and a budget that runs out must not miss it.
+TAIL_FIRST_BYTES = 1 << 20
+#: Kept lines of one shape (digits and hex folded) per input; more are counted, not kept. A
+#: log of one error repeated millions of times would otherwise fill memory; 20,000 still holds
+#: one line per rank of the largest jobs.
+MAX_SAME_SHAPE = 20_000
+#: Kept lines per input, whatever their shape; more are counted, not kept (the tail still is).
+MAX_KEPT_LINES = 400_000
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -177,7 +191,7 @@ def ingest_text(text: str, keywords: Sequence[str], name: str = "<text>", *, tai
     """
     info = InputInfo(file=name, bytes=len(text.encode()))
     keep = _Keeper(tuple(dict.fromkeys(k for k in keywords if k)))
-    frame = _read_stream(info, io.BytesIO(text.encode()), keep, None, None, tail=tail)
+    frame = _read_stream(info, io.BytesIO(text.encode()), keep, _ReadState(None), None, tail=tail)
     return Ingested(lines=frame, inputs=[info])
 
 
@@ -230,32 +244,154 @@ def _read_one(
     stdin: BinaryIO | None,
     pool: ThreadPoolExecutor,
 ) -> pl.DataFrame:
-    """Open one input, sniff it, and stream it; any failure becomes a problem."""
+    """Open one input, sniff it, and stream it; any failure becomes a problem.
+
+    Under a deadline every read runs in a thread that is given up at the deadline (a hung
+    file system or a silent stdin), and a stream a read may still be stuck in is never
+    closed here: closing it would wait for that read."""
+    state = _ReadState(deadline)
     try:
         if info.file == _STDIN:
-            return _read_stream(info, stdin or sys.stdin.buffer, keep, deadline, pool)
+            return _read_stream(info, stdin or sys.stdin.buffer, keep, state, pool)
         path = Path(info.file)
-        st = path.stat()
+        st = state.call(path.stat)
+        if st is None:
+            info.problems.append(state.gave_up(0))
+            return _no_lines()
         info.bytes = st.st_size
         info.mtime = st.st_mtime
-        if not path.is_file():
+        if not stat.S_ISREG(st.st_mode):
             info.problems.append("not a regular file; skipped")
             return _no_lines()
         if st.st_size == 0:
             info.problems.append("empty file (0 bytes)")
             return _no_lines()
-        with path.open("rb") as fh:
-            magic = fh.read(2)
+        fh = state.call(lambda: path.open("rb"), opens=True)
+        if fh is None:
+            info.problems.append(state.gave_up(0))
+            return _no_lines()
+        state.owned = fh
+        try:
+            magic = state.call(lambda: fh.read(2))
+            if magic is None:
+                info.problems.append(state.gave_up(0))
+                return _no_lines()
             fh.seek(0)
             if magic == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=fh) as gz:
-                    return _read_stream(info, gz, keep, deadline, pool, compressed=True)  # type: ignore[arg-type]
-            return _read_stream(info, fh, keep, deadline, pool)
+                gz = gzip.GzipFile(fileobj=fh)
+                return _read_stream(info, gz, keep, state, pool, compressed=True)
+            end = _tail_first(fh, st.st_size, state) if deadline is not None and st.st_size > 2 * TAIL_FIRST_BYTES else None
+            if state.abandoned:
+                info.problems.append(state.gave_up(0))
+                return _no_lines()
+            if end is None:
+                return _read_stream(info, fh, keep, state, pool)
+            start, tail_bytes = end
+            return _read_stream(info, _Bounded(fh, start), keep, state, pool, end=(start, tail_bytes))
+        finally:
+            if not state.abandoned:
+                fh.close()
     except PermissionError:
         info.problems.append("permission denied: cannot read this file")
     except OSError as exc:
         info.problems.append(f"cannot read: {exc.strerror or exc}")
     return _no_lines()
+
+
+class _ReadState:
+    """One input's reading under a deadline: reads that may block run in a daemon thread and
+    are given up when the deadline passes. The thread then closes ``owned`` (the open file)
+    when its read returns, so a given-up read leaks nothing once the file system answers."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.abandoned = False  # a read was given up: its stream must not be touched again
+        self.stopped = False  # reading stopped early (budget or a given-up read)
+        self.read_total = 0  # bytes of the stream read so far
+        self.tail_len = 0  # bytes of the file's end read first
+        self.encoding: str | None = None  # not UTF-8 (a byte-order mark said so)
+        self.owned: IO[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def gave_up(self, read: int) -> str:
+        """The input problem for a read that did not happen in time."""
+        if self.abandoned:
+            return f"time budget ran out while waiting for a read (a slow or hung file system, or silent input) after {read} bytes; the rest was not read"
+        return f"time budget ran out after {read} bytes; the rest of this input was not read"
+
+    def call(self, fn: Callable[[], R], *, opens: bool = False) -> R | None:
+        """``fn()``, or None when the deadline passes first. ``opens``: ``fn`` returns a file,
+        which the thread closes itself if the wait for it was given up."""
+        if self.deadline is None:
+            return fn()
+        if time.monotonic() >= self.deadline:
+            self.stopped = True
+            return None
+        box: queue.SimpleQueue[tuple[bool, object]] = queue.SimpleQueue()
+
+        def run() -> None:
+            try:
+                value: object = fn()
+                box.put((True, value))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
+                value = None
+                box.put((False, exc))
+            with self._lock:
+                if self.abandoned:
+                    for late in (value if opens else None, self.owned):
+                        if isinstance(late, io.IOBase):
+                            late.close()
+
+        threading.Thread(target=run, daemon=True, name="logsleuth-read").start()
+        try:
+            ok, value = box.get(timeout=max(0.0, self.deadline - time.monotonic()))
+        except queue.Empty:
+            with self._lock:
+                if box.empty():  # still reading: give it up
+                    self.abandoned = self.stopped = True
+                    return None
+            ok, value = box.get()
+        if not ok:
+            raise value  # type: ignore[misc]
+        return value  # type: ignore[return-value]
+
+
+class _Reads(Protocol):
+    """What reading needs of a stream: a file, gzip, stdin or the head of a file."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+class _Bounded:
+    """A binary stream cut at ``limit`` bytes: the head of a file whose tail was read first."""
+
+    def __init__(self, raw: IO[bytes], limit: int) -> None:
+        self.raw, self.left = raw, limit
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.left if size < 0 else min(size, self.left)
+        data = self.raw.read(size) if size else b""
+        self.left -= len(data)
+        return data
+
+
+def _tail_first(fh: IO[bytes], size: int, state: _ReadState) -> tuple[int, bytes] | None:
+    """The last whole lines of a file (from the first newline in its last TAIL_FIRST_BYTES)
+    and the offset where they start; None when that read was given up or found no newline."""
+
+    def read() -> bytes:
+        fh.seek(size - TAIL_FIRST_BYTES)
+        data = fh.read(TAIL_FIRST_BYTES)
+        fh.seek(0)
+        return data
+
+    data = state.call(read)
+    if data is None:
+        return None
+    nl = data.find(b"\n")
+    if nl < 0:
+        return None
+    return size - len(data) + nl + 1, data[nl + 1 :]
 
 
 def _no_lines() -> pl.DataFrame:
@@ -264,22 +400,28 @@ def _no_lines() -> pl.DataFrame:
 
 def _read_stream(
     info: InputInfo,
-    stream: IO[bytes],
+    stream: _Reads,
     keep: _Keeper,
-    deadline: float | None,
+    state: _ReadState,
     pool: ThreadPoolExecutor | None,
     *,
     compressed: bool = False,
     tail: bool = True,
+    end: tuple[int, bytes] | None = None,
 ) -> pl.DataFrame:
-    """Split a byte stream into blocks of whole lines and filter each block."""
-    blocks = _blocks(stream, info, deadline, compressed=compressed)
-    first = next(blocks, None)
-    if first is None:
+    """Split a byte stream into blocks of whole lines and filter each block.
+
+    ``end``: (offset, bytes) of the file's last lines, read first; ``stream`` then stops at
+    the offset, and the end is filtered after it, numbered exactly when the head was read
+    to the end and from an estimate when the budget cut it."""
+    state.tail_len = len(end[1]) if end else 0
+    blocks = _blocks(stream, info, state, compressed=compressed)
+    first = next(blocks, None) if not state.stopped else None
+    if first is None and not end:
         if not info.problems:
             info.problems.append("empty input (no bytes)")
         return _no_lines()
-    ratio = _control_ratio(first[: 64 << 10])
+    ratio = _control_ratio((first if first is not None else end[1] if end else b"")[: 64 << 10])
     if ratio > BINARY_RATIO:
         info.problems.append(f"binary file ({ratio:.0%} control bytes in the first 64 KiB); skipped")
         for _ in blocks:  # drain so byte counts for stdin stay honest
@@ -287,17 +429,34 @@ def _read_stream(
         return _no_lines()
 
     def work(block: bytes) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int]:
-        return _filter_block(block, info.file, keep)
+        kept, last, n_lines, bad, long = _filter_block(block, info.file, keep)
+        return kept.with_columns(_RepeatCap.SHAPE), last, n_lines, bad, long  # shapes in the workers: the cap runs in one thread
 
-    items = itertools.chain([first], blocks)
+    items = itertools.chain([first] if first is not None else [], blocks)
     results = _bounded_map(pool, work, items) if pool is not None else map(work, items)
     kept: list[pl.DataFrame] = []
     last = _no_lines()
     n_bad = n_long = 0
+    cap = _RepeatCap()
     for frame, block_tail, n_lines, bad, long in results:
         # blocks number their lines from 1; the lines of the blocks before shift them
-        kept.append(_shifted(frame, info.lines))
+        kept.append(cap.keep(_shifted(frame, info.lines)))
         last = pl.concat([last, _shifted(block_tail, info.lines)]).tail(TAIL_LINES)
+        info.lines += n_lines
+        n_bad += bad
+        n_long += long
+    if end and state.encoding is None:
+        start, tail_bytes = end
+        before = info.lines
+        if state.stopped:  # the middle was not read: number the end from the bytes per line seen so far
+            before += round((start - state.read_total) * info.lines / state.read_total) if state.read_total and info.lines else 0
+            info.problems.append(
+                f"its last {len(tail_bytes)} bytes were read first, so the end of the file is analysed;"
+                f" their line numbers are estimated (from about line {before + 1})"
+            )
+        frame, block_tail, n_lines, bad, long = work(tail_bytes)
+        kept.append(cap.keep(_shifted(frame, before)))
+        last = pl.concat([last, _shifted(block_tail, before)]).tail(TAIL_LINES)
         info.lines += n_lines
         n_bad += bad
         n_long += long
@@ -305,8 +464,57 @@ def _read_stream(
         info.problems.append(f"{n_long} line(s) longer than {MAX_LINE_CHARS // 1024} Ki characters were cut to that length")
     if n_bad:
         info.problems.append(f"{n_bad} line(s) had invalid UTF-8 (replaced with U+FFFD)")
+    if cap.dropped:
+        info.problems.append(
+            f"{cap.dropped} matching line(s) were counted, not kept: more than {MAX_SAME_SHAPE} of one message shape"
+            f" or {MAX_KEPT_LINES} in all (the first of each shape and the last {TAIL_LINES} lines are analysed)"
+        )
     out = pl.concat([*kept, last] if tail else kept).unique(subset=["line"], keep="first").sort("line")
     return _clean(out)
+
+
+class _RepeatCap:
+    """Bounds the lines kept from one input: at most MAX_SAME_SHAPE of each shape (the line
+    with digits and hex numbers folded, so ranks, steps and addresses do not make lines
+    differ) and MAX_KEPT_LINES in all. Counts are carried across blocks in a small table."""
+
+    #: A line's shape: a hash of its first 256 characters without digits (an Aho-Corasick pass,
+    #: several times faster than a regex; counting hashes is faster than counting strings).
+    SHAPE = pl.col("raw").str.slice(0, 256).str.replace_many(list("0123456789"), [""] * 10).hash().alias("shape")
+
+    def __init__(self) -> None:
+        self.seen = pl.DataFrame(schema={"shape": pl.UInt64(), "n": pl.UInt32()})
+        self.kept = 0
+        self.dropped = 0
+
+    def keep(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` (with its ``shape`` column) less the lines over the caps, without ``shape``.
+
+        Per block, shapes are counted once; only rows of a shape that reaches its cap in this
+        block are ranked, and a shape already full is dropped by a set lookup."""
+        columns = [c for c in frame.columns if c != "shape"]
+        room = MAX_KEPT_LINES - self.kept
+        if frame.is_empty() or room <= 0:
+            self.dropped += frame.height
+            return frame.head(0).select(columns)
+        counts = frame.group_by("shape").agg(pl.len().cast(pl.UInt32).alias("n"))
+        before = counts.join(self.seen, on="shape", how="left", suffix="_before").select(
+            "shape", pl.col("n_before").fill_null(0).alias("before"), "n"
+        )
+        self.seen = pl.concat([self.seen, counts]).group_by("shape").agg(pl.col("n").sum())
+        over = before.filter(pl.col("before") + pl.col("n") > MAX_SAME_SHAPE)
+        out = frame
+        if not over.is_empty():
+            full = over.filter(pl.col("before") >= MAX_SAME_SHAPE).get_column("shape")
+            out = out.filter(~pl.col("shape").is_in(full.implode()))
+            crossing = over.filter(pl.col("before") < MAX_SAME_SHAPE).select("shape", "before")
+            if not crossing.is_empty():
+                rank = pl.col("before") + pl.int_range(pl.len(), dtype=pl.UInt32).over("shape")
+                out = out.join(crossing, on="shape", how="left").filter(pl.col("before").is_null() | (rank < MAX_SAME_SHAPE))
+        out = out.sort("line").head(room).select(columns)
+        self.kept += out.height
+        self.dropped += frame.height - out.height
+        return out
 
 
 def _shifted(frame: pl.DataFrame, lines_before: int) -> pl.DataFrame:
@@ -331,9 +539,9 @@ def _control_ratio(sample: bytes) -> float:
 
 
 def _blocks(
-    stream: IO[bytes],
+    stream: _Reads,
     info: InputInfo,
-    deadline: float | None,
+    state: _ReadState,
     *,
     compressed: bool,
 ) -> Iterator[bytes]:
@@ -348,11 +556,18 @@ def _blocks(
     limit = MAX_LINE_CHARS * 4 + 4  # bytes: enough for MAX_LINE_CHARS of any UTF-8
     decoder: codecs.IncrementalDecoder | None = None
     cr_only = False
+    rest = f"the rest of this input before its last {state.tail_len} bytes (read first)" if state.tail_len else "the rest of this input"
     while True:
-        if deadline is not None and time.monotonic() > deadline:
-            info.problems.append(f"time budget ran out after {read_total} bytes; the rest of this input was not read")
+        state.read_total = read_total
+        if state.deadline is not None and time.monotonic() > state.deadline:
+            info.problems.append(f"time budget ran out after {read_total} bytes; {rest} was not read")
+            state.stopped = True
             break
-        chunk, problem = _read_block(stream, compressed)
+        got = state.call(lambda: _read_block(stream, compressed))
+        if got is None:
+            info.problems.append(state.gave_up(read_total))
+            break
+        chunk, problem = got
         if problem:
             info.problems.append(problem.format(read_total + len(chunk)))
         if not chunk:
@@ -361,6 +576,7 @@ def _blocks(
         if first:  # the first block: how the text is encoded and how its lines end
             encoding, skip = sniff_encoding(chunk[:4096])
             if encoding is not None:
+                state.encoding = encoding
                 decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
                 info.problems.append(f"text encoded as {encoding.upper()}; read as such")
             read_total += skip
@@ -395,9 +611,10 @@ def _blocks(
                 skipping = True
         if whole:
             yield whole
+    state.read_total = read_total
     if info.file == _STDIN:
         info.bytes = read_total
-    if carry:
+    if carry and not state.abandoned:
         yield carry + b"\n"
 
 
@@ -431,7 +648,7 @@ def sniff_encoding(head: bytes) -> tuple[str | None, int]:
     return None, 0
 
 
-def _read_block(stream: IO[bytes], compressed: bool) -> tuple[bytes, str | None]:
+def _read_block(stream: _Reads, compressed: bool) -> tuple[bytes, str | None]:
     """Read up to BLOCK_BYTES; on a broken stream return what came before the break.
 
     A gzip stream is read in small steps so that a truncated or corrupt file
