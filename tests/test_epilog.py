@@ -343,3 +343,23 @@ def test_script_refuses_a_report_dir_a_user_owns(shared_dir: Path, tmp_path: Pat
     env = env_for(shared_dir, SLURM_JOB_UID="65534", SLURM_JOB_GID="65534", SLURM_JOB_USER="nobody")
     proc, log = epilog(env, tmp_path / "c", f"LOGSLEUTH_CMD={probe}\nLOGSLEUTH_REPORT_DIR={spool}")
     assert proc.returncode == 0 and "refusing LOGSLEUTH_REPORT_DIR" in log
+
+
+def test_fifty_epilogs_at_once_all_write_their_report_and_history_row(shared_dir: Path, tmp_path: Path) -> None:
+    """Jobs ending together on a small node: each waits for a slot instead of all missing their time limit."""
+    store, jobs = shared_dir / "history", range(101, 151)
+    conf = tmp_path / "c"
+    conf.write_text(
+        f"LOGSLEUTH_LOG={tmp_path / 'epilog.log'}\n{python_cmd()}\nLOGSLEUTH_STORE={store}\n"
+        f"LOGSLEUTH_LOCK_DIR={tmp_path / 'locks'}\nLOGSLEUTH_QUEUE_WAIT=600\n"
+    )
+    procs = []
+    for job in jobs:
+        folder = shared_dir / f"job{job}"
+        folder.mkdir()
+        shutil.copy(FIXTURES / "slurm-raise" / "slurm-23.out", folder / f"slurm-{job}.out")
+        env = env_for(folder, SLURM_JOB_ID=str(job), SLURM_JOBID=str(job), SLURM_JOB_UID=str(os.getuid()), SLURM_JOB_GID=str(os.getgid()))
+        procs.append(subprocess.Popen([str(EPILOG)], env={**env, "LOGSLEUTH_EPILOG_CONF": str(conf)}))
+    assert all(p.wait(timeout=900) == 0 for p in procs)
+    assert sorted(p.name for p in shared_dir.glob("job*/*.logsleuth.json")) == sorted(f"slurm-{j}.logsleuth.json" for j in jobs)
+    assert len(list(store.glob("*.parquet"))) == len(jobs)

@@ -26,6 +26,9 @@
 : "${LOGSLEUTH_TIMEOUT=30}"               # hard limit for the whole epilog; keep it below EpilogTimeout
 : "${LOGSLEUTH_THREADS=2}"                # CPU threads for the analysis
 : "${LOGSLEUTH_LOG=/var/log/logsleuth-epilog.log}"   # one line per job; "" for none
+: "${LOGSLEUTH_SLOTS=}"                   # analyses at once on this node; empty: one per CPU core
+: "${LOGSLEUTH_QUEUE_WAIT=120}"           # seconds a job may wait for a slot before it is skipped
+: "${LOGSLEUTH_LOCK_DIR=/run/logsleuth}"  # root-only folder for the slot locks
 
 # slurmd gives its scripts no PATH
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -41,6 +44,30 @@ if [ -z "${_LOGSLEUTH_GUARDED:-}" ]; then
     exec </dev/null
     if [ -z "$LOGSLEUTH_LOG" ] || ! { : >>"$LOGSLEUTH_LOG"; } 2>/dev/null; then
         LOGSLEUTH_LOG=/dev/null
+    fi
+    # Many jobs ending at once on a node would all start an analysis together and all miss
+    # their time limit. Each waits for one of LOGSLEUTH_SLOTS slots (flock on root-only lock
+    # files), then gets its whole LOGSLEUTH_TIMEOUT: the node stays busy for the queue's
+    # length, and every job gets its report.
+    slot_fd=
+    if install -d -m 0700 "$LOGSLEUTH_LOCK_DIR" 2>/dev/null \
+        && [ -n "$(find "$LOGSLEUTH_LOCK_DIR" -maxdepth 0 -type d -user "$(id -u)" ! -perm /077 2>/dev/null)" ]; then
+        slots=${LOGSLEUTH_SLOTS:-$(nproc 2>/dev/null || echo 1)}
+        case "$slots" in ''|*[!0-9]*|0) slots=1 ;; esac
+        waited_until=$((SECONDS + LOGSLEUTH_QUEUE_WAIT))
+        while [ -z "$slot_fd" ]; do
+            for ((k = 0; k < slots; k++)); do
+                exec {fd}>>"$LOGSLEUTH_LOCK_DIR/slot$k" || continue
+                if flock -n "$fd"; then slot_fd=$fd; break; fi
+                exec {fd}>&-
+            done
+            [ -n "$slot_fd" ] && break
+            if [ "$SECONDS" -ge "$waited_until" ]; then
+                echo "$(date +%FT%T) job ${SLURM_JOB_ID:-?}: skipped, no free slot after ${LOGSLEUTH_QUEUE_WAIT}s (raise LOGSLEUTH_SLOTS or LOGSLEUTH_QUEUE_WAIT)" >>"$LOGSLEUTH_LOG" 2>/dev/null
+                exit 0
+            fi
+            sleep 0.$((RANDOM % 5 + 1))
+        done
     fi
     _LOGSLEUTH_GUARDED=1 timeout -k 2 "${LOGSLEUTH_TIMEOUT}" /bin/bash "$0" "$@" >>"$LOGSLEUTH_LOG" 2>&1
     rc=$?
