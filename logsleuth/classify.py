@@ -107,33 +107,91 @@ class Array:
         return self.values.tolist()
 
 
+#: The most one array may hold (the shipped weights: 16,384 buckets x 30 labels, 2 MiB), and all of a model's together.
+MAX_ARRAY_BYTES = 1 << 30
+MAX_MODEL_BYTES = 2 << 30
+#: The longest .npy header read (numpy's own np.load refuses longer ones too).
+_NPY_HEADER_MAX = 10_000
+#: A float32's high bytes map to 1 where its exponent bits are all ones (NaN or infinity): byte 3 then byte 2.
+_EXP_HIGH = bytes(1 if b & 0x7F == 0x7F else 0 for b in range(256))
+_EXP_LOW = bytes(1 if b & 0x80 else 0 for b in range(256))
+
+
 def read_npz(path: str) -> dict[str, Array]:
     """The float32 arrays of an uncompressed or deflated ``.npz``, without numpy and without unpickling.
 
-    Only little-endian float32 C-order arrays are accepted (what ``logsleuth train`` writes).
+    Only little-endian float32 C-order arrays of finite numbers are accepted (what
+    ``logsleuth train`` writes). Nothing is decompressed past what the arrays need:
+    a member's size as the zip's central directory declares it must be what its
+    array header implies, within :data:`MAX_ARRAY_BYTES` (and all members within
+    :data:`MAX_MODEL_BYTES`), before its data is read, and it is read in bounded
+    pieces that stop there (a zip bomb of a few MB once asked for 14 GB).
     """
     out: dict[str, Array] = {}
+    total = 0
     with zipfile.ZipFile(path) as zf:
         for info in zf.infolist():
-            data = zf.read(info)
-            if not info.filename.endswith(".npy") or data[:6] != b"\x93NUMPY":
-                raise ValueError(f"{info.filename}: not an .npy array")
-            major = data[6]
-            size_bytes = 2 if major == 1 else 4
-            hlen = int.from_bytes(data[8 : 8 + size_bytes], "little")
-            start = 8 + size_bytes
-            header = ast.literal_eval(data[start : start + hlen].decode("latin1"))  # a dict literal, never code
-            if not isinstance(header, dict) or header.get("descr") != "<f4" or header.get("fortran_order"):
-                raise ValueError(f"{info.filename}: expected little-endian float32 in C order, found {header!r}")
-            shape = tuple(int(d) for d in header["shape"])
+            name = info.filename
+            if not name.endswith(".npy"):
+                raise ValueError(f"{name}: not an .npy array")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise ValueError(f"{name}: compressed with method {info.compress_type}; only stored or deflated members are read")
+            if info.file_size > MAX_ARRAY_BYTES + _NPY_HEADER_MAX:
+                raise ValueError(f"{name}: the zip declares {info.file_size} bytes, over the limit of {MAX_ARRAY_BYTES} for an array")
+            with zf.open(info) as fh:
+                shape, start = _npy_header(name, fh)
+                expected = math.prod(shape) * 4
+                if expected > MAX_ARRAY_BYTES or total + expected > MAX_MODEL_BYTES:
+                    raise ValueError(
+                        f"{name}: shape {shape} is {expected} bytes of float32, over the limit of {MAX_ARRAY_BYTES} (all arrays: {MAX_MODEL_BYTES})"
+                    )
+                if info.file_size != start + expected:
+                    raise ValueError(
+                        f"{name}: the zip declares {info.file_size} bytes, its header implies {start + expected} for shape {shape}"
+                    )
+                data = _read_exactly(name, fh, expected)
+                if fh.read(1):  # a stream longer than declared (zipfile stops at the declared size: this is a second guard)
+                    raise ValueError(f"{name}: more data than its header implies")
+            total += expected
+            # NaN and infinity have every exponent bit set; checked on the bytes (C speed, 1 ms for the shipped weights)
+            if int.from_bytes(data[3::4].translate(_EXP_HIGH), "little") & int.from_bytes(data[2::4].translate(_EXP_LOW), "little"):
+                raise ValueError(f"{name}: values that are not finite numbers (NaN or infinity)")
             values = array.array("f")
-            values.frombytes(data[start + hlen :])
+            values.frombytes(data)
             if sys.byteorder == "big":
                 values.byteswap()
-            if len(values) != math.prod(shape):
-                raise ValueError(f"{info.filename}: {len(values)} values for shape {shape}")
-            out[info.filename[: -len(".npy")]] = Array(shape, values)
+            out[name[: -len(".npy")]] = Array(shape, values)
     return out
+
+
+def _npy_header(name: str, fh: Any) -> tuple[tuple[int, ...], int]:
+    """(shape, bytes before the data) of an .npy stream positioned at its start; only the header is read."""
+    prefix = _read_exactly(name, fh, 8)
+    if prefix[:6] != b"\x93NUMPY" or prefix[6] not in (1, 2, 3):
+        raise ValueError(f"{name}: not an .npy array")
+    size_bytes = 2 if prefix[6] == 1 else 4
+    hlen = int.from_bytes(_read_exactly(name, fh, size_bytes), "little")
+    if hlen > _NPY_HEADER_MAX:
+        raise ValueError(f"{name}: an .npy header of {hlen} bytes, over the limit of {_NPY_HEADER_MAX}")
+    text = _read_exactly(name, fh, hlen).decode("utf-8" if prefix[6] == 3 else "latin1")
+    header = ast.literal_eval(text)  # a dict literal, never code
+    if not isinstance(header, dict) or header.get("descr") != "<f4" or header.get("fortran_order"):
+        raise ValueError(f"{name}: expected little-endian float32 in C order, found {header!r}")
+    dims = header.get("shape")
+    if not isinstance(dims, tuple) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+        raise ValueError(f"{name}: bad shape {dims!r}")
+    return tuple(dims), 8 + size_bytes + hlen
+
+
+def _read_exactly(name: str, fh: Any, n: int) -> bytes:
+    """``n`` bytes, read (and decompressed) a MiB at a time, never more."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = fh.read(min(1 << 20, n - len(buf)))
+        if not chunk:
+            raise ValueError(f"{name}: {len(buf)} bytes where {n} were expected")
+        buf += chunk
+    return bytes(buf)
 
 
 @dataclass
@@ -237,7 +295,10 @@ def _load(npz: str, meta_path: str, _m1: int, _m2: int) -> Model:
         arrays = read_npz(npz)
         labels = [str(x) for x in meta["labels"]]
         cfg = FeatureConfig.from_dict(meta["features"])
-        fusion = Fusion.from_arrays(arrays, float(meta["fusion"]["threshold"]))
+        temperature, threshold = float(meta["temperature"]), float(meta["fusion"]["threshold"])
+        if not (math.isfinite(temperature) and temperature > 0 and math.isfinite(threshold)):
+            raise ModelError(f"{meta_path}: temperature {temperature} and threshold {threshold} must be finite, the temperature above 0")
+        fusion = Fusion.from_arrays(arrays, threshold)
         shapes = {k: arrays[k].shape for k in ("weights", "bias", "idf")}
         if shapes != {"weights": (cfg.dim, len(labels)), "bias": (len(labels),), "idf": (cfg.dim,)}:
             raise ModelError(f"{npz}: arrays {shapes} do not fit {cfg.dim} features x {len(labels)} labels")
@@ -247,12 +308,12 @@ def _load(npz: str, meta_path: str, _m1: int, _m2: int) -> Model:
             arrays["bias"].values,
             arrays["idf"].values,
             cfg,
-            float(meta["temperature"]),
+            temperature,
             fusion,
             meta,
             npz,
         )
-    except (OSError, ValueError, KeyError, TypeError, SyntaxError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError, RecursionError, zipfile.BadZipFile) as exc:
         raise ModelError(f"{npz}: {type(exc).__name__}: {exc}") from None
 
 

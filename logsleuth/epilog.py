@@ -271,7 +271,7 @@ def _write(report: Report, job: Job, stdout: str, report_dir: str | None) -> lis
     else:
         out = Path(stdout)
         folder, stem = out.parent, (out.stem if out.suffix in (".out", ".log", ".txt", ".err") else out.name)
-    data = report.to_dict()
+    data = json.loads(report.to_json())  # to_json's guard: non-finite numbers become null, never bare NaN
     data["job"] = {
         "id": job.id,
         "user": job.user,

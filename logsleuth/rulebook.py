@@ -169,12 +169,26 @@ def _rule_files(folder: Path) -> list[Path]:
 
 def cache_dir() -> Path | None:
     """Where parsed rule files are kept between runs: $LOGSLEUTH_CACHE_DIR ("off" disables),
-    else $XDG_CACHE_HOME/logsleuth, else ~/.cache/logsleuth."""
+    else $XDG_CACHE_HOME/logsleuth, else ~/.cache/logsleuth.
+
+    The cache is the reading user's own: when that folder exists and belongs to
+    someone else (a cache folder shared by a site, a home that is not this
+    user's), a ``uid-<uid>`` folder inside it; None when it cannot be looked at."""
     chosen = os.environ.get("LOGSLEUTH_CACHE_DIR")
-    if chosen:
-        return None if chosen == "off" else Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "logsleuth"
+    if chosen == "off":
+        return None
+    base = (
+        Path(chosen) if chosen else Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "logsleuth"
+    )
+    try:
+        st = base.stat()
+    except FileNotFoundError:
+        return base  # created (mode 0700) on the first write
+    except OSError:
+        return None
+    if st.st_uid == os.geteuid():
+        return base
+    return base / f"uid-{os.geteuid()}"
 
 
 def _parsed(files: list[Path]) -> dict[str, dict[str, Any]]:
@@ -186,17 +200,31 @@ def _parsed(files: list[Path]) -> dict[str, dict[str, Any]]:
     and modification time. A cache that cannot be read or written is ignored:
     the files are parsed as before.
     """
+    import stat
+
     key = [[str(p), *_stamp(p)] for p in files]
     where = cache_dir()
     cached = where / "rules.json" if where is not None else None
     if cached is not None:
+        # believed only when it is a regular file of this user's that no one else may write (another
+        # user's cache could rewrite a fix text); opened without following a link or blocking on a FIFO
         try:
-            saved = json.loads(cached.read_text(encoding="utf-8"))
-            data = saved["data"]
-            if saved["version"] == _CACHE_VERSION and saved["key"] == key and all(isinstance(data.get(k), dict) for k, *_ in key):
-                return dict(data)
-        except (OSError, ValueError, LookupError, TypeError, AttributeError):
-            pass
+            fd = os.open(cached, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022 and st.st_size <= _CACHE_MAX:
+                    with os.fdopen(os.dup(fd), "rb") as fh:
+                        saved = json.loads(fh.read(_CACHE_MAX + 1).decode("utf-8"))
+                    data = saved["data"]
+                    if saved["version"] == _CACHE_VERSION and saved["key"] == key and all(isinstance(data.get(k), dict) for k, *_ in key):
+                        return dict(data)
+            except (OSError, ValueError, LookupError, TypeError, AttributeError):
+                pass
+            finally:
+                os.close(fd)
     data = {str(p): _read_toml(p) for p in files}
     if cached is not None:
         _write_cache(cached, {"version": _CACHE_VERSION, "key": key, "data": data})
@@ -205,17 +233,25 @@ def _parsed(files: list[Path]) -> dict[str, dict[str, Any]]:
 
 #: Bumped when the cache's layout changes.
 _CACHE_VERSION = 1
+#: A cache file larger than this is not read (the built-in rules' is about 0.5 MiB).
+_CACHE_MAX = 64 << 20
 
 
 def _write_cache(path: Path, value: dict[str, Any]) -> None:
-    """Write atomically (concurrent epilogs share one home); any failure leaves no cache."""
+    """Write atomically (concurrent epilogs share one home), mode 0600, in a folder of this
+    user's (made 0700 when missing); any failure, or a folder that is someone else's, leaves no cache."""
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):  # a TOML date or time has no JSON form: such files stay uncached
         return
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, text)
+        folder = path.parent
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+        if folder.stat().st_uid != os.geteuid():  # planted by someone else, or a race with cache_dir()
+            return
+        write_text_atomic(path, text, mode=0o600)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -129,6 +129,15 @@ def test_load_reads_a_model_folder_and_answers_none_when_absent(tmp_path: Path) 
     assert max(probs, key=probs.__getitem__) == "cuda_oom"  # only the bias speaks: 0 < 1 < 2
 
 
+def test_read_npz_reads_stored_and_deflated_arrays_alike(tmp_path: Path) -> None:
+    weights = np.arange(24, dtype=np.float32).reshape(8, 3) / 7
+    np.savez(tmp_path / "stored.npz", weights=weights)
+    np.savez_compressed(tmp_path / "deflated.npz", weights=weights)
+    for name in ("stored.npz", "deflated.npz"):
+        arrays = classify.read_npz(str(tmp_path / name))
+        assert arrays["weights"].shape == (8, 3) and arrays["weights"].tolist() == weights.tolist()
+
+
 def test_load_rejects_arrays_that_do_not_fit_the_metadata(tmp_path: Path) -> None:
     _write_model(tmp_path, labels=["none", "unknown"], idf_len=5)
     with pytest.raises(classify.ModelError, match="do not fit"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -185,3 +186,14 @@ def test_history_node_lists_the_jobs_that_implicate_that_node(tmp_path: Path) ->
     assert [j["job"] for j in data["jobs"]] == ["102", "100"]
     text = runner.invoke(app, ["history", str(tmp_path), "--node", "gpu07"]).stdout
     assert "2 verdict(s) implicate gpu07" in text and "job 102" in text
+
+
+def test_each_verdict_carries_the_uid_of_its_writer(tmp_path: Path) -> None:
+    _bad_node_store(tmp_path)
+    table = load(tmp_path).table
+    assert table.get_column("writer_uid").unique().to_list() == [os.geteuid()]  # every file here is this process's
+    assert summarize(table)["nodes"][0]["writers"] == 1
+    compact(tmp_path)
+    assert load(tmp_path).table.get_column("writer_uid").unique().to_list() == [os.geteuid()]
+    data = json.loads(runner.invoke(app, ["history", str(tmp_path), "--node", "gpu07", "-f", "json"]).stdout)
+    assert {j["writer_uid"] for j in data["jobs"]} == {os.geteuid()}

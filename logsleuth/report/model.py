@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -221,4 +222,16 @@ class Report:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, default=str)
+        """Always valid JSON: a number that is not finite (NaN or infinity, from a broken model or
+        a bad input) becomes null, and ``allow_nan=False`` guards that none is left as bare ``NaN``."""
+
+        def finite(value: Any) -> Any:
+            if isinstance(value, float):
+                return value if math.isfinite(value) else None
+            if isinstance(value, dict):
+                return {k: finite(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return [finite(v) for v in value]
+            return value
+
+        return json.dumps(finite(self.to_dict()), indent=indent, ensure_ascii=False, default=str, allow_nan=False)
