@@ -35,6 +35,7 @@ SCHEMA: Mapping[str, pl.DataType] = {
     # structured fields
     "exc_type": pl.String(),
     "detail": pl.String(),  # kind-specific extra: last frame, CFE section, NCCL file:line
+    "frame": pl.String(),  # a traceback's innermost frame in the job's own code: "train.py:42 in step"
     "op": pl.String(),
     "seq": pl.Int64(),
     "numel": pl.Int64(),

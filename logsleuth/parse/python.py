@@ -22,6 +22,9 @@ _FRAME = r'^\s+File "([^"]+)", line (\d+)(?:, in (.+))?'
 #: A traceback frame as ``traceback`` prints it (faulthandler writes ``line N in f``, no comma):
 #: one before any header is a traceback whose header was cut off.
 _TRACEBACK_FRAME = r'^\s+File "[^"]+", line \d+, in '
+#: Frames of installed libraries and of Python itself; the innermost frame that is none of
+#: these is where the job's own code raised (what an expert reads first).
+_LIBRARY_FRAME = r'File "(?:[^"]*/(?:site-packages|dist-packages|lib/python\d[\d.]*|lib64/python\d[\d.]*)/|<frozen |<string>)'
 _CHAIN = r"^(During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)"
 #: An exception line: a dotted class name (ending like an exception) and an optional message.
 EXCEPTION = (
@@ -93,6 +96,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("msg").filter(pl.col("_close")).first().alias("_exc"),
         pl.col("raw").filter(pl.col("_hdr")).first().alias("_hdr_raw"),
         frames.last().alias("_last_frame"),
+        pl.col("msg").filter(pl.col("_frame") & ~pl.col("msg").str.contains(_LIBRARY_FRAME)).last().alias("_user_frame"),
         frames.len().alias("_frames"),
         chain_before.alias("_chained_next"),
         *(
@@ -106,15 +110,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     exc_type = pl.coalesce(strict, exc.str.extract(_LOOSE, 1))
     prev_type = exc_type.shift(1).over("stream", order_by="_tb")
     prev_chained = pl.col("_chained_next").shift(1).over("stream", order_by="_tb").fill_null(False)
-    last_frame = pl.concat_str(
-        [
-            pl.col("_last_frame").str.extract(_FRAME, 1),
-            pl.lit(":"),
-            pl.col("_last_frame").str.extract(_FRAME, 2),
-            pl.lit(" in "),
-            pl.col("_last_frame").str.extract(_FRAME, 3).fill_null("?"),
-        ]
-    )
+    last_frame = _where(pl.col("_last_frame"))
     events = tbs.select(
         "file",
         pl.coalesce("_close_line", "block_start").alias("line"),
@@ -137,6 +133,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                 pl.when(prev_chained).then(pl.concat_str([pl.lit("; chained after: "), prev_type])).otherwise(pl.lit("")),
             ]
         ).alias("detail"),
+        _where(pl.col("_user_frame")).alias("frame"),
         pl.lit("traceback").alias("kind"),
         pl.lit("python").alias("source"),
         pl.lit("error").alias("level"),
@@ -173,4 +170,17 @@ def _annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
         df,
         msg.str.contains(EXCEPTION),
         {"kind": pl.lit("exception"), "source": pl.lit("python"), "level": pl.lit("error"), "exc_type": msg.str.extract(EXCEPTION, 1)},
+    )
+
+
+def _where(frame: pl.Expr) -> pl.Expr:
+    """A frame line as ``file:line in function`` (null when there is no frame)."""
+    return pl.concat_str(
+        [
+            frame.str.extract(_FRAME, 1),
+            pl.lit(":"),
+            frame.str.extract(_FRAME, 2),
+            pl.lit(" in "),
+            frame.str.extract(_FRAME, 3).fill_null("?"),
+        ]
     )

@@ -68,6 +68,7 @@ def _evidence(events: pl.DataFrame, eids: list[int], rules_by_eid: Mapping[int, 
                 text=row["raw"],
                 rule=rules_by_eid.get(eid),
                 kind=row["kind"],
+                frame=row.get("frame"),
             )
         )
     return out

@@ -44,6 +44,7 @@ class Evidence:
     text: str
     rule: str | None = None
     kind: str | None = None
+    frame: str | None = None  # for a traceback: where the job's own code raised, "train.py:42 in step"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +55,7 @@ class Evidence:
             "text": self.text,
             "rule": self.rule,
             "kind": self.kind,
+            "frame": self.frame,
         }
 
 

@@ -130,6 +130,8 @@ def terminal(report: Report, *, color: bool = True, width: int | None = None) ->
             who = f" [dim]({escape(_where(e.rank, e.node))})[/]" if (e.rank is not None or e.node) else ""
             console.print(f"  [cyan]{escape(e.file)}:{e.line}[/]{who}")
             console.print(f"    {escape(e.text.strip()[:300])}", soft_wrap=True)
+            if e.frame:
+                console.print(f"    [dim]raised at[/] {escape(e.frame)}", soft_wrap=True)
     if v.fix:
         console.print("[bold]Fix[/]")
         for i, step in enumerate(v.fix, 1):
@@ -223,6 +225,8 @@ def markdown(report: Report, *, heading: str = "##") -> str:
             who = f" ({_md(_where(e.rank, e.node))})" if (e.rank is not None or e.node) else ""
             out.append(f"- {_md_code(f'{e.file}:{e.line}')}{who}")
             out += _md_block(e.text.strip()[:500])
+            if e.frame:
+                out.append(f"  raised at {_md_code(e.frame)}")
         out.append("")
     if v.fix:
         # fix steps are authored Markdown (rule and cause files), not log text
@@ -281,7 +285,7 @@ def github(report: Report, *, workspace: str | None = None) -> str:
     first = v.evidence[0] if v.evidence else None
     body = [v.summary, f"cause: {v.cause} (category {v.category}), confidence {v.confidence:.0%}"]
     if first is not None:
-        body += ["", first.text.strip()[:500]]
+        body += ["", first.text.strip()[:500]] + ([f"raised at {first.frame}"] if first.frame else [])
     if v.fix:
         body += ["", "Fix:"] + [f"{i}. {step}" for i, step in enumerate(v.fix, 1)]
     lines = [_gh_command(level, "\n".join(body), title=title, evidence=first, workspace=workspace)]
