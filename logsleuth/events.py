@@ -45,6 +45,7 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "signal": pl.String(),  # SIGKILL, SIGTERM, ... (never a bare number)
     "version": pl.String(),
     "interface": pl.String(),
+    "address": pl.String(),  # an IPv4 address the line names: its own on NCCL's "Using" lines, else a peer's
     "nranks": pl.Int32(),
     "job": pl.String(),  # SLURM job or step id
     "reason": pl.String(),  # SLURM cancel reason, etc.

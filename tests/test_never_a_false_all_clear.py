@@ -119,3 +119,27 @@ def test_a_log_that_ends_while_a_connection_is_retried_is_not_a_run_that_complet
         "epoch 1 | step 10 | loss 1.9\ntraining done\n"
     )
     assert logsleuth.analyze(log).verdict.category == "none"  # it connected in the end and trained
+
+
+_IB_PEER = """\
+node02:1234:1234 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.12<0>
+node01:123:123 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.11<0>
+node01:123:456 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.12<46322> with error 12, opcode 0, len 0, vendor err 129 (Send)
+node01:124:457 [1] transport/net_ib.cc:1696 NCCL WARN NET/IB: Got completion from peer 10.0.0.12<57516> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) reqSize=0 vendor_err=129 req_type=Send localGid ::ffff:10.0.0.11 remoteGids::ffff:10.0.0.12 hca mlx5_0
+node03:125:458 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.12<46324> with error 12, opcode 0, len 0, vendor err 129 (Send)
+"""
+
+
+def test_the_peer_every_infiniband_error_points_at_is_a_suspect_node(tmp_path: Path) -> None:
+    log = tmp_path / "nccl.log"
+    log.write_text(_IB_PEER)
+    report = logsleuth.analyze(log)
+    assert report.verdict.cause == "nccl_ib_error"
+    peer = next(s for s in report.suspect_nodes if s.node == "node02")  # node02 printed no error itself
+    assert "10.0.0.12" in peer.reasons[0] and "3 error line(s)" in peer.reasons[0]
+
+
+def test_an_address_no_node_announced_is_shown_as_the_address(tmp_path: Path) -> None:
+    log = tmp_path / "nccl.log"
+    log.write_text("\n".join(line for line in _IB_PEER.splitlines() if "Using" not in line) + "\n")
+    assert "10.0.0.12" in [s.node for s in logsleuth.analyze(log).suspect_nodes]

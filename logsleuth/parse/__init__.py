@@ -136,6 +136,11 @@ _ERRORISH = r"(?i)\b(?:error|exception|fatal|failed|failure|killed|abort(?:ed|in
 _WARNISH = r"(?i)\bwarn(?:ing)?\b"
 
 
+#: An IPv4 address as NCCL, gloo and c10d print a host: `10.0.0.12<46322>`, `[10.0.0.12]:29500`,
+#: `10.0.0.12:29500`, `eth0:10.0.0.12<0>`; the first one a line names.
+_ADDRESS = r"(?:^|[^\d.])((?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3})(?:[<\]:]|\s|$|,)"
+
+
 def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     """Parse kept lines (file, line, raw) into the event table (events.SCHEMA)."""
     if lines.is_empty():
@@ -171,5 +176,9 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     df = pl.concat([df, tracebacks, failures], how="diagonal_relaxed")
     df = torch.enrich(df)
     df = nccl.attribute_ranks(df)
-    df = df.with_columns(pl.coalesce("block_start", "line").alias("block_start"), pl.coalesce("node", "host").alias("node"))
+    df = df.with_columns(
+        pl.coalesce("block_start", "line").alias("block_start"),
+        pl.coalesce("node", "host").alias("node"),
+        pl.col("msg").str.extract(_ADDRESS, 1).alias("address"),
+    )
     return events.conform(df.rename({"msg": "message"})).sort("file", "line")

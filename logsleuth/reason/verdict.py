@@ -264,7 +264,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         ranks=ranks,
         notes=notes,
         hang=hang,
-        suspects=_suspects(candidates, findings, ranks, hang, first),
+        suspects=_suspects(events, candidates, findings, ranks, hang, first),
         ordering=tl.ordering,
         ordering_note=tl.note,
         offsets=tl.offsets,
@@ -993,9 +993,14 @@ def _rank_states(
 
 
 def _suspects(
-    cands: list[Candidate], findings: list[consistency.Finding], ranks: list[RankState], hang: hangs.Hang | None, first: dict[str, object]
+    events: pl.DataFrame,
+    cands: list[Candidate],
+    findings: list[consistency.Finding],
+    ranks: list[RankState],
+    hang: hangs.Hang | None,
+    first: dict[str, object],
 ) -> list[Suspect]:
-    """Nodes to look at: the culprit's, the hung ranks' and the odd ones out."""
+    """Nodes to look at: the culprit's, the hung ranks', the odd ones out and the peers errors name."""
     out: dict[str, Suspect] = {}
 
     def add(node: object, reason: str, cause: str, rank_ids: list[int], eids: list[int]) -> None:
@@ -1029,4 +1034,36 @@ def _suspects(
     for f in findings:
         for node in f.nodes:
             add(node, f.summary, f.cause, f.ranks, f.eids)
+    if cands:
+        for node, reason, rank_ids, eids in _named_peers(events):
+            add(node, reason, cands[0].cause, rank_ids, eids)
     return list(out.values())
+
+
+def _named_peers(events: pl.DataFrame) -> list[tuple[str, str, list[int], list[int]]]:
+    """Peers that error lines of at least two ranks (or two lines) point at by address, as
+    (node, reason, ranks, event ids): the node every InfiniBand or socket error names is the
+    one to look at, even when it printed nothing. An address is named by the node that
+    announced it on NCCL's "Using" lines, else shown as it is."""
+    own = (
+        events.filter((pl.col("kind") == "nccl_net") & pl.col("address").is_not_null() & pl.col("node").is_not_null())
+        .group_by("address")
+        .agg(pl.col("node").first())
+    )
+    named = (
+        events.with_row_index("eid")
+        .filter(pl.col("address").is_not_null() & (pl.col("kind") != "nccl_net") & pl.col("level").is_in(["error", "fatal", "warning"]))
+        .join(own.rename({"node": "peer"}), on="address", how="left")
+        .filter(pl.col("peer").is_null() | (pl.col("peer") != pl.col("node").fill_null("")))
+        .group_by("address", maintain_order=True)
+        .agg(pl.col("peer").first(), pl.col("rank").drop_nulls().unique().sort(), pl.col("eid"), pl.len().alias("n"))
+        .filter((pl.col("n") >= 2) | (pl.col("rank").list.len() >= 2))
+    )
+    out = []
+    for row in named.iter_rows(named=True):  # one row per address: a handful
+        ranks = [int(r) for r in row["rank"]]
+        who = f" on rank(s) {_rank_list(ranks)}" if ranks else ""
+        node = row["peer"] or row["address"]
+        also = f" ({row['address']})" if row["peer"] else ""
+        out.append((node, f"named as the peer{also} by {row['n']} error line(s){who}", ranks, [int(e) for e in row["eid"][:4]]))
+    return out
