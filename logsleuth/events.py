@@ -45,6 +45,7 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "signal": pl.String(),  # SIGKILL, SIGTERM, ... (never a bare number)
     "version": pl.String(),
     "interface": pl.String(),
+    "step": pl.Int64(),  # a progress line's step or iteration counter ("step 90", "iteration 90/1000", tqdm's "90/620 [")
     "address": pl.String(),  # an IPv4 address the line names: its own on NCCL's "Using" lines, else a peer's
     "nranks": pl.Int32(),
     "job": pl.String(),  # SLURM job or step id

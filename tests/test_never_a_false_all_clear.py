@@ -143,3 +143,28 @@ def test_an_address_no_node_announced_is_shown_as_the_address(tmp_path: Path) ->
     log = tmp_path / "nccl.log"
     log.write_text("\n".join(line for line in _IB_PEER.splitlines() if "Using" not in line) + "\n")
     assert "10.0.0.12" in [s.node for s in logsleuth.analyze(log).suspect_nodes]
+
+
+def test_a_rank_whose_progress_stopped_first_is_the_hung_one_before_a_time_limit(tmp_path: Path) -> None:
+    lines = []
+    for step in range(80, 101):
+        for rank in range(4):
+            if rank == 2 and step > 90:  # rank 2 hangs after step 90; the others run on until they block
+                continue
+            lines.append(f"[rank{rank}]: step {step} | loss 1.{step:03d} | lr 3.0e-04")
+    lines.append("slurmstepd: error: *** JOB 77 ON node01 CANCELLED AT 2026-11-20T10:00:00 DUE TO TIME LIMIT ***")
+    log = tmp_path / "slurm-77.out"
+    log.write_text("\n".join(lines) + "\n")
+    report = logsleuth.analyze(log)
+    assert report.verdict.category == "slurm_time_limit"
+    assert {r.rank: r.status for r in report.ranks}.get(2) == "hung"
+    assert any("rank(s) 2 (step 90)" in n for n in report.notes)
+
+
+def test_ranks_a_step_apart_are_not_a_hang(tmp_path: Path) -> None:
+    lines = [f"[rank{rank}]: step {step} | loss 0.5" for step in range(1, 11) for rank in range(4) if not (rank == 3 and step == 10)]
+    lines.append("slurmstepd: error: *** JOB 78 ON node01 CANCELLED AT 2026-11-20T10:00:00 DUE TO TIME LIMIT ***")
+    log = tmp_path / "slurm-78.out"
+    log.write_text("\n".join(lines) + "\n")
+    report = logsleuth.analyze(log)
+    assert "hung" not in {r.status for r in report.ranks} and not any("progress stopped first" in n for n in report.notes)

@@ -141,6 +141,15 @@ _WARNISH = r"(?i)\bwarn(?:ing)?\b"
 _ADDRESS = r"(?:^|[^\d.])((?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3})(?:[<\]:]|\s|$|,)"
 
 
+#: A progress counter: "step 90", "Step: 90/1000", "global_step=90", Megatron's "iteration       90/ 1000 |",
+#: tqdm's "| 90/620 [00:52<...". The first that matches gives the line's step.
+_STEP = (
+    r"(?i)\b(?:global_)?step[s]?\s*[:=#]?\s*\[?\s*(\d+)\b",
+    r"(?i)\biter(?:ation)?s?\s*[:=#]?\s*\[?\s*(\d+)\s*/",
+    r"\|\s*(\d+)/\d+\s*\[\d",
+)
+
+
 def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     """Parse kept lines (file, line, raw) into the event table (events.SCHEMA)."""
     if lines.is_empty():
@@ -180,5 +189,8 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         pl.coalesce("block_start", "line").alias("block_start"),
         pl.coalesce("node", "host").alias("node"),
         pl.col("msg").str.extract(_ADDRESS, 1).alias("address"),
+        pl.when(pl.col("kind") == "line")
+        .then(pl.coalesce(*(pl.col("msg").str.extract(p, 1) for p in _STEP)).cast(pl.Int64, strict=False))
+        .alias("step"),
     )
     return events.conform(df.rename({"msg": "message"})).sort("file", "line")

@@ -21,7 +21,7 @@ network disagrees with the others explains symptoms that name no culprit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import polars as pl
@@ -254,6 +254,8 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         lead_now.category if lead_now else None,
         lead_now.cause if lead_now else None,
     )
+    if failed and lead_now is not None and lead_now.category in _ENDED_FROM_OUTSIDE and not (hang and hang.hung):
+        ranks = _stalled_by_progress(events, ranks, notes)
     if failed and tl.ordering != "timestamps" and events.get_column("file").n_unique() > 1:
         notes.append(f"ordering across files: {tl.note}")
     return Reasoning(
@@ -270,6 +272,42 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         offsets=tl.offsets,
         handled=handled,
     )
+
+
+#: Verdicts that say how a job was ended from outside, not why it stopped making progress:
+#: a rank whose steps stopped well before the others' is then the one to look at.
+_ENDED_FROM_OUTSIDE = ("slurm_time_limit", "slurm_cancelled", "collective_timeout", "rendezvous_timeout")
+#: Steps behind the furthest rank at which a rank counts as stalled (one step apart is timing).
+STALL_STEPS = 2
+
+
+def _stalled_by_progress(events: pl.DataFrame, ranks: list[RankState], notes: list[str]) -> list[RankState]:
+    """Ranks whose last progress step is well behind the others' (a minority of at least three
+    ranks printing steps): the job hung there, and the others waited until it was ended. They
+    become ``hung`` with their last step in the note; the other ranks stay victims."""
+    last = (
+        events.filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null())
+        .group_by("rank")
+        .agg(pl.col("step").max(), pl.col("node").drop_nulls().first())
+    )
+    if last.height < 3:
+        return ranks
+    top = int(last.get_column("step").max())  # type: ignore[arg-type]
+    behind = last.filter(pl.col("step") <= top - STALL_STEPS).sort("step", "rank")
+    if behind.is_empty() or behind.height * 2 >= last.height:
+        return ranks
+    stalled = {int(r): int(s) for r, s in behind.select("rank", "step").iter_rows()}
+    notes.append(
+        "progress stopped first on rank(s) "
+        + ", ".join(f"{r} (step {s})" for r, s in stalled.items())
+        + f"; the other ranks reached step {top}: look there for the hang"
+    )
+    out = []
+    for st in ranks:
+        if st.rank in stalled and st.status in ("victim", "unknown", "finished"):
+            st = replace(st, status="hung", note=f"last progress at step {stalled[st.rank]} (others: {top})")
+        out.append(st)
+    return out
 
 
 #: Launcher reports of a death: any of them means the job did fail.
@@ -1034,6 +1072,9 @@ def _suspects(
     for f in findings:
         for node in f.nodes:
             add(node, f.summary, f.cause, f.ranks, f.eids)
+    for st in ranks:
+        if st.status == "hung" and st.note and st.note.startswith("last progress"):
+            add(st.node, f"rank {st.rank} stopped making progress first ({st.note})", "collective_timeout", [st.rank], [])
     if cands:
         for node, reason, rank_ids, eids in _named_peers(events):
             add(node, reason, cands[0].cause, rank_ids, eids)
