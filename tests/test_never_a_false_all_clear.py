@@ -168,3 +168,14 @@ def test_ranks_a_step_apart_are_not_a_hang(tmp_path: Path) -> None:
     log.write_text("\n".join(lines) + "\n")
     report = logsleuth.analyze(log)
     assert "hung" not in {r.status for r in report.ranks} and not any("progress stopped first" in n for n in report.notes)
+
+
+def test_one_culprit_everywhere_and_a_rank_no_line_places_stays_on_no_node() -> None:
+    """Rank 5 fails; only ranks 0, 1 and 4 are tied to a node. The verdict, the rank table and the
+    suspects agree on rank 5, and rank 5 is not guessed onto gpu-c02 (or any node)."""
+    report = logsleuth.analyze(Path(__file__).parent / "data" / "unnamed-node.log")
+    ff = report.verdict.first_failure
+    culprits = [r for r in report.ranks if r.status == "culprit"]
+    assert (ff.rank, ff.node) == (5, None) and [(r.rank, r.node) for r in culprits] == [(5, None)]
+    assert {r.rank: r.node for r in report.ranks} == {0: "gpu-c01", 1: "gpu-c01", 2: None, 3: None, 4: "gpu-c02", 5: None, 6: None, 7: None}
+    assert "gpu-c02" not in [s.node for s in report.suspect_nodes]
