@@ -135,7 +135,7 @@ def check_torch() -> None:
     """Fail early, with the fix, where torch is missing: the ranks need it."""
     if importlib.util.find_spec("torch") is None:
         raise PlanError(
-            "the reproducer needs PyTorch: `pip install torch==2.13.0` (the CPU build; or your CUDA build), "
+            "the reproducer needs PyTorch: `pip install torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu` (the CPU build; or your CUDA build), "
             "then `pip install 'logsleuth[repro]'`"
         )
 
