@@ -179,3 +179,30 @@ def test_one_culprit_everywhere_and_a_rank_no_line_places_stays_on_no_node() -> 
     assert (ff.rank, ff.node) == (5, None) and [(r.rank, r.node) for r in culprits] == [(5, None)]
     assert {r.rank: r.node for r in report.ranks} == {0: "gpu-c01", 1: "gpu-c01", 2: None, 3: None, 4: "gpu-c02", 5: None, 6: None, 7: None}
     assert "gpu-c02" not in [s.node for s in report.suspect_nodes]
+
+
+@pytest.mark.parametrize("say", ["initializing ddp", "Initializing distributed"], ids=["lightning-1.x", "lightning-1.6+"])
+def test_a_log_that_ends_while_processes_are_still_joining_is_a_rendezvous_hang(tmp_path: Path, say: str) -> None:
+    log = tmp_path / "slurm-5.out"
+    log.write_text("GPU available: True, used: True\n" + "".join(f"{say}: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8\n" for r in (1, 2, 0, 3)))
+    report = logsleuth.analyze(log)
+    assert report.verdict.cause == "rendezvous_timeout" and "only 4 of 8 processes joined" in report.verdict.summary
+
+
+def test_every_member_joined_in_its_own_file_is_no_hang(tmp_path: Path) -> None:
+    for r in range(2):  # one file per rank, each naming only its own rank; the copy on the console is no collision
+        (tmp_path / f"rank{r}.log").write_text(
+            f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/2\nEpoch 0: 100%|██| 10/10 [00:01<00:00]\n"
+        )
+    (tmp_path / "console.log").write_text(
+        "".join(f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/2\n" for r in range(2)) + "done\n"
+    )
+    assert logsleuth.analyze(tmp_path).verdict.category == "none"
+
+
+def test_a_global_rank_that_joins_twice_in_one_output_is_a_misconfigured_world(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-6.out"
+    lines = "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8\n" for r in (1, 1, 2, 2, 0, 0, 3, 3))
+    log.write_text(lines + "RuntimeError: Connection reset by peer\n")
+    report = logsleuth.analyze(log)
+    assert "env_misconfigured" in [c.cause for c in report.candidates]

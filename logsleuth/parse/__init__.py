@@ -17,6 +17,7 @@ from . import nccl, prefixes, python, slurm, torch
 #: Literal strings that make a raw line worth parsing (the ingest prefilter).
 #: Rules add their own keywords; these are what the parsers themselves need.
 KEYWORDS: tuple[str, ...] = (
+    "GLOBAL_RANK",  # Lightning's process-group membership lines (parse.torch)
     # generic trouble words, in the case variants that occur
     "error",
     "Error",

@@ -26,6 +26,7 @@ _CFE_SECTION = r"^\s*(Root Cause \(first observed failure\)|Failures):\s*$"
 
 #: Literals of the lines annotate() claims, and of the fields enrich() reads.
 TRIGGERS = (
+    "GLOBAL_RANK",
     "what()",
     "Watchdog caught",
     "Work",
@@ -68,9 +69,25 @@ def annotate(df: pl.DataFrame) -> pl.DataFrame:
     return on_rows_with(df, TRIGGERS, _annotate)
 
 
+#: Lightning's line as each process joins the process group, every version:
+#: "initializing ddp: GLOBAL_RANK: 2, MEMBER: 3/8" (1.x), "Initializing distributed: ..." (1.6+).
+_MEMBER = r"(?i)initializing (?:ddp|distributed): GLOBAL_RANK: (\d+), MEMBER: (\d+)/(\d+)"
+
+
 def _annotate(df: pl.DataFrame) -> pl.DataFrame:
     """Claim single-line PyTorch and torchrun events."""
     msg = pl.col("msg")
+    df = claim(
+        df,
+        msg.str.contains(_MEMBER),
+        {
+            "kind": pl.lit("dist_member"),
+            "source": pl.lit("torch"),
+            "level": pl.lit("info"),
+            "rank": integer(msg, _MEMBER).cast(pl.Int32),
+            "nranks": integer(msg, _MEMBER, 3).cast(pl.Int32),
+        },
+    )
     is_what = msg.str.contains(_WHAT)
     df = df.with_columns(pl.when(is_what).then(field(msg, _WHAT)).otherwise(msg).alias("msg"), is_what.alias("_what"))
     df = claim(

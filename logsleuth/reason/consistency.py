@@ -34,6 +34,7 @@ class Finding:
     summary: str
     weight: float  # how sure the finding alone makes us of its cause
     corroborated: bool = False  # failure lines of other ranks point at the odd node
+    shows_failure: bool = False  # the finding itself shows that the job failed (processes never joined)
 
 
 def check(events: pl.DataFrame) -> list[Finding]:
@@ -64,6 +65,55 @@ def check(events: pl.DataFrame) -> list[Finding]:
     out += _interfaces(ev, multi_node)
     out += _env(ev)
     out += _world(ev)
+    out += _membership(ev)
+    return out
+
+
+def _membership(ev: pl.DataFrame) -> list[Finding]:
+    """What the processes' join lines (Lightning's GLOBAL_RANK/MEMBER) say about the world.
+
+    A global rank claimed by two processes: the launcher started more processes than the
+    trainer's world (e.g. SLURM tasks vs num_nodes x devices), and they collide. Fewer
+    members than the world at the end of the log: the rest never started (a multi-node job
+    launched without srun) or never reached the group, and the joined ones wait forever."""
+    joins = ev.filter(pl.col("kind") == "dist_member")
+    if joins.is_empty():
+        return []
+    out: list[Finding] = []
+    world = int(joins.get_column("nranks").max())  # type: ignore[arg-type]
+    # the same rank twice in one file (a copy of a rank's output in another file, torchrun --tee, is no collision)
+    twice = joins.group_by("file", "rank").agg(pl.len(), pl.col("eid").first()).filter(pl.col("len") > 1).sort("rank")
+    joined = sorted(int(r) for r in joins.get_column("rank").unique())
+    if not twice.is_empty():
+        ranks = sorted({int(r) for r in twice.get_column("rank")})
+        out.append(
+            Finding(
+                cause="env_misconfigured",
+                what="global ranks claimed by two processes",
+                nodes=[],
+                ranks=ranks,
+                eids=[int(e) for e in twice.get_column("eid")][:4],
+                summary=f"global rank(s) {_names([str(r) for r in ranks])} joined the group more than once (world {world}):"
+                " more processes were started than the trainer's world, so ranks collide (check the launcher's task count"
+                " against num_nodes x devices)",
+                weight=0.8,
+            )
+        )
+    elif len(joined) < world and ev.filter(pl.col("level").is_in(["error", "fatal"])).is_empty():
+        out.append(
+            Finding(
+                cause="rendezvous_timeout",
+                what="processes missing from the group",
+                nodes=[],
+                ranks=joined,
+                eids=[int(e) for e in joins.unique("rank", keep="first").sort("eid").get_column("eid")][:4],
+                summary=f"only {len(joined)} of {world} processes joined the group (ranks {_names([str(r) for r in joined])})"
+                " and the log ends there: the others never started or never reached it (a multi-node job started without srun"
+                " starts one node's processes only), and the joined ones wait for them",
+                weight=0.75,
+                shows_failure=True,
+            )
+        )
     return out
 
 

@@ -66,14 +66,17 @@ def failure_signals(events: pl.DataFrame) -> pl.Series:
     (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
     line of its own, an NCCL error return (``init.cc:1234 -> 2``), a fatal line
     (an allocator abort), an error line that ends its file (a log cut right
-    after its error) and a connection still retried when its log ends all count. (A traceback cut before its exception line is
+    after its error), a connection still retried when its log ends, and a log that ends
+    while processes are still joining the group (fewer members than its world) all count. (A traceback cut before its exception line is
     already a traceback event: parse.python folds it.)
     """
     if events.is_empty():
         return pl.Series("failure", [], dtype=pl.Boolean)
     kind, level = pl.col("kind"), pl.col("level")
     last = pl.col("line") == pl.col("line").max().over("file")
-    ends_in_error = last & (
+    members = pl.col("rank").filter(kind == "dist_member").n_unique()  # over every file: a rank may write its own
+    still_joining = last & (kind == "dist_member") & (members < pl.col("nranks"))
+    ends_in_error = still_joining | last & (
         (kind.is_in(["line", "exception"]) & (level == "error") & ~pl.col("message").str.contains(_SHUTDOWN_NOISE).fill_null(False))
         | (kind.is_in(["line", "nccl_info", "nccl_warn"]) & pl.col("message").str.contains(_STILL_CONNECTING).fill_null(False))
     )
@@ -344,8 +347,10 @@ def _handled(ev: pl.DataFrame) -> list[int]:
     """
     if not ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty():
         return []
-    ranked_files = ev.filter(pl.col("rank").is_not_null()).get_column("file").unique().to_list()
-    multi_rank = ev.get_column("rank").drop_nulls().n_unique() > 1
+    # a join line names its rank, but says nothing about who wrote the unprefixed lines around it
+    said = ev.filter(pl.col("rank").is_not_null() & (pl.col("kind") != "dist_member"))
+    ranked_files = said.get_column("file").unique().to_list()
+    multi_rank = said.get_column("rank").n_unique() > 1
     progress = (
         (pl.col("kind") == "line")
         & (pl.col("level") == "info")
@@ -762,13 +767,14 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
 def _with_findings(
     cands: list[Candidate], findings: list[consistency.Finding], hang: hangs.Hang | None, ev: pl.DataFrame, rules: RuleSet
 ) -> list[Candidate]:
-    """Add disagreements between nodes as candidates; one leads when it explains a symptom-only verdict."""
+    """Add disagreements between nodes as candidates; one leads when it explains a symptom-only
+    verdict or a failure no rule explains."""
     if not findings:
         return cands
     lead = cands[0] if cands else None
     progressed = hang is not None and hang.seq is not None and hang.seq > PROGRESS_SEQ
     named_culprit = lead is not None and lead.role == "hang" and bool(hang and hang.hung)
-    failed = bool(ev.filter(IS_FAILURE).height) or lead is not None
+    failed = bool(ev.filter(IS_FAILURE).height) or lead is not None or any(f.shows_failure for f in findings)
     extra: list[Candidate] = []
     promoted: Candidate | None = None
     absorbed: Candidate | None = None
@@ -777,7 +783,7 @@ def _with_findings(
         # a rule already names this category from some rank's line; the comparison
         # across nodes says which node is the odd one, so it names the culprit
         agrees = lead is not None and lead.category == cand.category
-        explains = lead is None or agrees or lead.category in SYMPTOMS.get(f.cause, frozenset())
+        explains = lead is None or agrees or lead.cause == "unknown" or lead.category in SYMPTOMS.get(f.cause, frozenset())
         strong = f.corroborated or agrees or (f.weight >= 0.7 and not progressed and not named_culprit)
         if failed and promoted is None and explains and strong:
             promoted = cand
