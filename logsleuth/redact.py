@@ -16,12 +16,13 @@ starting at the same place, the one listed first.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
 import polars as pl
+
+from .report.model import map_text
 
 MASK = "[REDACTED]"
 
@@ -264,13 +265,4 @@ def redact_all(value: T) -> T:
     The event table is already clean; this catches what does not come from it,
     such as an internal-error note that quotes a log line, or a path.
     """
-    if isinstance(value, str):
-        return redact(value)  # type: ignore[return-value]
-    if isinstance(value, list):
-        return [redact_all(v) for v in value]  # type: ignore[return-value]
-    if isinstance(value, dict):
-        return {k: redact_all(v) for k, v in value.items()}  # type: ignore[return-value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: redact_all(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return dataclasses.replace(value, **changes)
-    return value
+    return map_text(value, redact)

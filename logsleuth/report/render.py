@@ -33,10 +33,9 @@ def render(report: Report, fmt: str, *, color: bool = True, width: int | None = 
     """Render a report in one of FORMATS (``workspace``: the GitHub checkout, for relative annotation paths).
 
     JSON keeps every character (its escaping is exact); the formats a person or GitHub
-    reads get the report with control characters removed."""
+    reads each remove control characters themselves (they are also called directly)."""
     if fmt == "json":
         return report.to_json() + "\n"
-    report = map_text(report, printable)
     if fmt == "markdown":
         return markdown(report)
     if fmt == "github":
@@ -113,6 +112,7 @@ def terminal(report: Report, *, color: bool = True, width: int | None = None) ->
     from rich.panel import Panel
     from rich.table import Table
 
+    report = map_text(report, printable)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width or _terminal_width(), highlight=False)
     v = report.verdict
@@ -277,6 +277,7 @@ def github(report: Report, *, workspace: str | None = None) -> str:
     GitHub's per-step cap on errors. An annotation does not fail the step:
     ``--fail-on`` does.
     """
+    report = map_text(report, printable)
     v = report.verdict
     level = {"none": "notice", "unknown": "warning"}.get(v.category, "error")
     ff = v.first_failure
