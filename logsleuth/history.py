@@ -55,6 +55,7 @@ from typing import Any
 import polars as pl
 
 from . import __version__
+from .files import write_atomic
 from .report.model import Report
 
 #: One row per verdict. ``nodes`` and ``ranks`` are those the verdict implicates:
@@ -160,19 +161,13 @@ def node_jobs(table: pl.DataFrame, node: str) -> pl.DataFrame:
 
 
 def _write_atomic(frame: pl.DataFrame, path: Path) -> Path:
-    """Write to a hidden file, then rename: readers never see half a file. A write that fails
-    (a full disk) is an OSError whichever engine wrote, so callers handle one kind of error.
-    The temporary file is created new (``O_EXCL | O_NOFOLLOW``): nothing planted under its name is written through."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o644)
+    """Write to a hidden file, then rename (files.write_atomic): readers never see half a file,
+    and nothing planted under the temporary name is written through. A write that fails (a full
+    disk) is an OSError whichever engine wrote, so callers handle one kind of error."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            frame.write_parquet(fh)
-        os.replace(tmp, path)
+        write_atomic(path, frame.write_parquet, create_mode=0o644)
     except pl.exceptions.PolarsError as exc:
         raise OSError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 
