@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+#: How to open a file another user may have planted: never through a link, never blocking on a
+#: FIFO or a device, never taking a terminal. The caller fstat()s the descriptor and decides.
+READ_UNTRUSTED = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
 
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], object], *, mode: int | None = None, create_mode: int = 0o600) -> None:

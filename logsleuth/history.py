@@ -55,7 +55,7 @@ from typing import Any
 import polars as pl
 
 from . import __version__
-from .files import write_atomic
+from .files import READ_UNTRUSTED, write_atomic
 from .report.model import Report
 
 #: One row per verdict. ``nodes`` and ``ranks`` are those the verdict implicates:
@@ -201,7 +201,6 @@ MAX_PROBLEMS = 50
 #: The longest ``compact`` waits for another compaction's lock before it gives up with an OSError.
 LOCK_TIMEOUT_S = 30.0
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
 
 
 def load(store: str | os.PathLike[str]) -> Loaded:
@@ -319,7 +318,7 @@ def _take(path: str, st: os.stat_result, me: int) -> tuple[_Source, int] | str |
     if st.st_size > limits.file_bytes:
         return f"{path}: {_size(st.st_size)}, over the limit of {_size(limits.file_bytes)} for {whose}; skipped"
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(path, READ_UNTRUSTED)
     except FileNotFoundError:
         return None
     except OSError as exc:  # ELOOP: replaced by a link since the lstat

@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from .files import write_text_atomic
+from .files import READ_UNTRUSTED, write_text_atomic
 from .taxonomy import TAXONOMY
 
 #: The rules shipped with logsleuth (a folder next to the package, or inside it when installed).
@@ -209,7 +209,7 @@ def _parsed(files: list[Path]) -> dict[str, dict[str, Any]]:
         # believed only when it is a regular file of this user's that no one else may write (another
         # user's cache could rewrite a fix text); opened without following a link or blocking on a FIFO
         try:
-            fd = os.open(cached, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(cached, READ_UNTRUSTED)
         except OSError:
             fd = -1
         if fd >= 0:
