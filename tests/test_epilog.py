@@ -272,6 +272,14 @@ def test_script_exits_0_outside_slurm_and_with_an_unwritable_log(tmp_path: Path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
 
 
+def args_probe(folder: Path) -> Path:
+    """A stand-in for logsleuth that only prints the arguments the epilog gave it."""
+    probe = folder / "args"
+    probe.write_text('#!/bin/sh\necho "args $*"\n')
+    probe.chmod(0o755)
+    return probe
+
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to the job's user needs root, as slurmd has")
 
 
@@ -287,9 +295,7 @@ def test_script_runs_logsleuth_as_the_jobs_user(shared_dir: Path, tmp_path: Path
 
 @needs_root
 def test_script_report_dir_is_owned_by_the_user_and_private(shared_dir: Path, tmp_path: Path) -> None:
-    probe = shared_dir / "args"
-    probe.write_text('#!/bin/sh\necho "args $*"\n')
-    probe.chmod(0o755)
+    probe = args_probe(shared_dir)
     spool = shared_dir / "spool"
     env = env_for(shared_dir, SLURM_JOB_UID="65534", SLURM_JOB_GID="65534", SLURM_JOB_USER="nobody")
     proc, log = epilog(env, tmp_path / "c", f"LOGSLEUTH_CMD={probe}\nLOGSLEUTH_REPORT_DIR={spool}\nLOGSLEUTH_STORE={spool}/history")
@@ -303,9 +309,7 @@ def test_script_report_dir_is_owned_by_the_user_and_private(shared_dir: Path, tm
 @pytest.mark.parametrize("mode", [0o1777, 0o777], ids=["sticky-world-writable", "world-writable"])
 def test_script_refuses_a_report_dir_users_may_write_where_a_link_was_planted(shared_dir: Path, tmp_path: Path, mode: int) -> None:
     """A user who may write LOGSLEUTH_REPORT_DIR plants `<user> -> /a/root/folder`; root must not chown its target."""
-    probe = shared_dir / "args"
-    probe.write_text('#!/bin/sh\necho "args $*"\n')
-    probe.chmod(0o755)
+    probe = args_probe(shared_dir)
     spool, target = shared_dir / "spool", shared_dir / "roots-own"
     spool.mkdir()
     spool.chmod(mode)
@@ -319,9 +323,7 @@ def test_script_refuses_a_report_dir_users_may_write_where_a_link_was_planted(sh
 
 @needs_root
 def test_script_never_chowns_through_a_link_in_the_report_dir(shared_dir: Path, tmp_path: Path) -> None:
-    probe = shared_dir / "args"
-    probe.write_text('#!/bin/sh\necho "args $*"\n')
-    probe.chmod(0o755)
+    probe = args_probe(shared_dir)
     spool, target = shared_dir / "spool", shared_dir / "roots-own"
     spool.mkdir(mode=0o755)
     target.mkdir(mode=0o755)
@@ -334,9 +336,7 @@ def test_script_never_chowns_through_a_link_in_the_report_dir(shared_dir: Path, 
 
 @needs_root
 def test_script_refuses_a_report_dir_a_user_owns(shared_dir: Path, tmp_path: Path) -> None:
-    probe = shared_dir / "args"
-    probe.write_text('#!/bin/sh\necho "args $*"\n')
-    probe.chmod(0o755)
+    probe = args_probe(shared_dir)
     spool = shared_dir / "spool"
     spool.mkdir(mode=0o755)
     os.chown(spool, 65534, 65534)
