@@ -281,7 +281,7 @@ def _read_one(
                 gz = gzip.GzipFile(fileobj=fh)
                 return _read_stream(info, gz, keep, state, pool, compressed=True)
             end = _tail_first(fh, st.st_size, state) if deadline is not None and st.st_size > 2 * TAIL_FIRST_BYTES else None
-            if state.abandoned:
+            if state.stopped:
                 info.problems.append(state.gave_up(0))
                 return _no_lines()
             if end is None:

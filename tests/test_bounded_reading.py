@@ -111,3 +111,17 @@ def test_the_cap_on_all_kept_lines_holds_for_lines_that_all_differ(tmp_path: Pat
         fh.write("".join(f"ERROR {words[i % 5]}{words[(i // 5) % 5]}{words[(i // 25) % 5]}{words[(i // 125) % 5]}\n" for i in range(3_000)))
     got = ingest.ingest(ingest.expand([log]), ["ERROR"])
     assert got.lines.height <= 1_000 + ingest.TAIL_LINES
+
+
+def test_a_budget_that_runs_out_before_the_end_is_read_says_so_not_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _long_log(tmp_path / "slurm-10.out")
+    real = ingest._tail_first
+
+    def late(fh: object, size: int, state: object) -> object:
+        time.sleep(0.6)  # the deadline passes before the end is read
+        return real(fh, size, state)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest, "_tail_first", late)
+    report = logsleuth.analyze(log, budget_s=0.5)
+    assert report.partial and "time budget ran out" in " ".join(report.inputs[0].problems)
+    assert "empty input" not in " ".join(report.inputs[0].problems)
