@@ -254,10 +254,7 @@ def _read_one(
         if info.file == _STDIN:
             return _read_stream(info, stdin or sys.stdin.buffer, keep, state, pool)
         path = Path(info.file)
-        st = state.call(path.stat)
-        if st is None:
-            info.problems.append(state.gave_up(0))
-            return _no_lines()
+        st = _in_time(state.call(path.stat))
         info.bytes = st.st_size
         info.mtime = st.st_mtime
         if not stat.S_ISREG(st.st_mode):
@@ -266,24 +263,17 @@ def _read_one(
         if st.st_size == 0:
             info.problems.append("empty file (0 bytes)")
             return _no_lines()
-        fh = state.call(lambda: path.open("rb"), opens=True)
-        if fh is None:
-            info.problems.append(state.gave_up(0))
-            return _no_lines()
+        fh = _in_time(state.call(lambda: path.open("rb"), opens=True))
         state.owned = fh
         try:
-            magic = state.call(lambda: fh.read(2))
-            if magic is None:
-                info.problems.append(state.gave_up(0))
-                return _no_lines()
+            magic = _in_time(state.call(lambda: fh.read(2)))
             fh.seek(0)
             if magic == b"\x1f\x8b":
                 gz = gzip.GzipFile(fileobj=fh)
                 return _read_stream(info, gz, keep, state, pool, compressed=True)
             end = _tail_first(fh, st.st_size, state) if deadline is not None and st.st_size > 2 * TAIL_FIRST_BYTES else None
             if state.stopped:
-                info.problems.append(state.gave_up(0))
-                return _no_lines()
+                raise _GaveUp
             if end is None:
                 return _read_stream(info, fh, keep, state, pool)
             start, tail_bytes = end
@@ -291,11 +281,24 @@ def _read_one(
         finally:
             if not state.abandoned:
                 fh.close()
+    except _GaveUp:
+        info.problems.append(state.gave_up())
     except PermissionError:
         info.problems.append("permission denied: cannot read this file")
     except OSError as exc:
         info.problems.append(f"cannot read: {exc.strerror or exc}")
     return _no_lines()
+
+
+class _GaveUp(Exception):
+    """A read that did not happen before the deadline: the input stops there."""
+
+
+def _in_time(value: R | None) -> R:
+    """What a :meth:`_ReadState.call` returned, or _GaveUp when it came too late."""
+    if value is None:
+        raise _GaveUp
+    return value
 
 
 class _ReadState:
@@ -313,11 +316,15 @@ class _ReadState:
         self.owned: IO[bytes] | None = None
         self._lock = threading.Lock()
 
-    def gave_up(self, read: int) -> str:
+    def gave_up(self) -> str:
         """The input problem for a read that did not happen in time."""
         if self.abandoned:
-            return f"time budget ran out while waiting for a read (a slow or hung file system, or silent input) after {read} bytes; the rest was not read"
-        return f"time budget ran out after {read} bytes; the rest of this input was not read"
+            return (
+                "time budget ran out while waiting for a read (a slow or hung file system, or silent input)"
+                f" after {self.read_total} bytes; the rest was not read"
+            )
+        rest = f"the rest of this input before its last {self.tail_len} bytes (read first)" if self.tail_len else "the rest of this input"
+        return f"time budget ran out after {self.read_total} bytes; {rest} was not read"
 
     def call(self, fn: Callable[[], R], *, opens: bool = False) -> R | None:
         """``fn()``, or None when the deadline passes first. ``opens``: ``fn`` returns a file,
@@ -416,7 +423,7 @@ def _read_stream(
     to the end and from an estimate when the budget cut it."""
     state.tail_len = len(end[1]) if end else 0
     blocks = _blocks(stream, info, state, compressed=compressed)
-    first = next(blocks, None) if not state.stopped else None
+    first = next(blocks, None)
     if first is None and not end:
         if not info.problems:
             info.problems.append("empty input (no bytes)")
@@ -552,36 +559,29 @@ def _blocks(
     """
     carry = b""
     skipping = False  # inside a cut line: drop bytes until its newline
-    read_total = 0
     limit = MAX_LINE_CHARS * 4 + 4  # bytes: enough for MAX_LINE_CHARS of any UTF-8
     decoder: codecs.IncrementalDecoder | None = None
     cr_only = False
-    rest = f"the rest of this input before its last {state.tail_len} bytes (read first)" if state.tail_len else "the rest of this input"
     while True:
-        state.read_total = read_total
-        if state.deadline is not None and time.monotonic() > state.deadline:
-            info.problems.append(f"time budget ran out after {read_total} bytes; {rest} was not read")
-            state.stopped = True
-            break
-        got = state.call(lambda: _read_block(stream, compressed))
+        got = state.call(lambda: _read_block(stream, compressed))  # None at the deadline, or for a read given up
         if got is None:
-            info.problems.append(state.gave_up(read_total))
+            info.problems.append(state.gave_up())
             break
         chunk, problem = got
         if problem:
-            info.problems.append(problem.format(read_total + len(chunk)))
+            info.problems.append(problem.format(state.read_total + len(chunk)))
         if not chunk:
             break
-        first = not read_total
+        first = not state.read_total
         if first:  # the first block: how the text is encoded and how its lines end
             encoding, skip = sniff_encoding(chunk[:4096])
             if encoding is not None:
                 state.encoding = encoding
                 decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
                 info.problems.append(f"text encoded as {encoding.upper()}; read as such")
-            read_total += skip
+            state.read_total += skip
             chunk = chunk[skip:]
-        read_total += len(chunk)
+        state.read_total += len(chunk)
         if decoder is not None:
             chunk = decoder.decode(chunk).encode("utf-8")
         if first and b"\n" not in chunk and chunk.count(b"\r") > 1:
@@ -611,9 +611,8 @@ def _blocks(
                 skipping = True
         if whole:
             yield whole
-    state.read_total = read_total
     if info.file == _STDIN:
-        info.bytes = read_total
+        info.bytes = state.read_total
     if carry and not state.abandoned:
         yield carry + b"\n"
 
