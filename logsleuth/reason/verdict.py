@@ -282,17 +282,15 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
 _ENDED_FROM_OUTSIDE = ("slurm_time_limit", "slurm_cancelled", "collective_timeout", "rendezvous_timeout")
 #: Steps behind the furthest rank at which a rank counts as stalled (one step apart is timing).
 STALL_STEPS = 2
+#: How a rank found stalled by its progress lines is noted (the suspects read it back).
+_STALLED = "last progress at step"
 
 
 def _stalled_by_progress(events: pl.DataFrame, ranks: list[RankState], notes: list[str]) -> list[RankState]:
     """Ranks whose last progress step is well behind the others' (a minority of at least three
     ranks printing steps): the job hung there, and the others waited until it was ended. They
     become ``hung`` with their last step in the note; the other ranks stay victims."""
-    last = (
-        events.filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null())
-        .group_by("rank")
-        .agg(pl.col("step").max(), pl.col("node").drop_nulls().first())
-    )
+    last = events.filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("step").max())
     if last.height < 3:
         return ranks
     top = int(last.get_column("step").max())  # type: ignore[arg-type]
@@ -308,7 +306,7 @@ def _stalled_by_progress(events: pl.DataFrame, ranks: list[RankState], notes: li
     out = []
     for st in ranks:
         if st.rank in stalled and st.status in ("victim", "unknown", "finished"):
-            st = replace(st, status="hung", note=f"last progress at step {stalled[st.rank]} (others: {top})")
+            st = replace(st, status="hung", note=f"{_STALLED} {stalled[st.rank]} (others: {top})")
         out.append(st)
     return out
 
@@ -1079,7 +1077,7 @@ def _suspects(
         for node in f.nodes:
             add(node, f.summary, f.cause, f.ranks, f.eids)
     for st in ranks:
-        if st.status == "hung" and st.note and st.note.startswith("last progress"):
+        if st.status == "hung" and st.note and st.note.startswith(_STALLED):
             add(st.node, f"rank {st.rank} stopped making progress first ({st.note})", "collective_timeout", [st.rank], [])
     if cands:
         for node, reason, rank_ids, eids in _named_peers(events):
