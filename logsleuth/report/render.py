@@ -33,11 +33,13 @@ def render(report: Report, fmt: str, *, color: bool = True, width: int | None = 
     """Render a report in one of FORMATS (``workspace``: the GitHub checkout, for relative annotation paths).
 
     JSON keeps every character (its escaping is exact); the formats a person or GitHub
-    reads each remove control characters themselves (they are also called directly)."""
+    reads get the report with control characters removed (markdown() does it itself: the
+    epilog and the step summary call it directly)."""
     if fmt == "json":
         return report.to_json() + "\n"
     if fmt == "markdown":
         return markdown(report)
+    report = map_text(report, printable)
     if fmt == "github":
         return github(report, workspace=workspace)
     if fmt == "terminal":
@@ -112,7 +114,6 @@ def terminal(report: Report, *, color: bool = True, width: int | None = None) ->
     from rich.panel import Panel
     from rich.table import Table
 
-    report = map_text(report, printable)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width or _terminal_width(), highlight=False)
     v = report.verdict
@@ -277,7 +278,6 @@ def github(report: Report, *, workspace: str | None = None) -> str:
     GitHub's per-step cap on errors. An annotation does not fail the step:
     ``--fail-on`` does.
     """
-    report = map_text(report, printable)
     v = report.verdict
     level = {"none": "notice", "unknown": "warning"}.get(v.category, "error")
     ff = v.first_failure
