@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import ast
+import hashlib
 import json
 import math
 import os
@@ -285,6 +286,17 @@ def load(base: str | os.PathLike[str] | None = None) -> Model | None:
     if not npz.is_file() or not meta_path.is_file():
         return None
     return _load(str(npz), str(meta_path), npz.stat().st_mtime_ns, meta_path.stat().st_mtime_ns)
+
+
+def digest(base: str | os.PathLike[str] | None = None) -> str:
+    """A short hash of the model's files ("none" without them): part of what a stored verdict was made with."""
+    h = hashlib.sha256()
+    for path in model_paths(base):
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            return "none"
+    return h.hexdigest()[:16]
 
 
 @lru_cache(maxsize=4)

@@ -76,6 +76,10 @@ SCHEMA: dict[str, pl.DataType] = {
     "summary": pl.String(),
     "host": pl.String(),
     "logsleuth_version": pl.String(),
+    "rules_version": pl.String(),  # digest of the rules and model that gave the verdict (see rulebook.analysis_version)
+    "fingerprint": pl.String(),  # `batch`: the job's input files (names, sizes, mtimes), to skip it next time
+    "partial": pl.Boolean(),  # some input was not read to its end
+    "problems": pl.List(pl.String()),  # what could not be read, per input
 }
 _IMPLICATED = ("culprit", "failed")
 #: Jobs stopped from outside: the node they stopped on says nothing about the node.
@@ -83,7 +87,14 @@ NOT_NODE_FAULTS = ("slurm_cancelled", "slurm_time_limit")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def record(report: Report, *, job: str | None = None, when: datetime | None = None) -> pl.DataFrame:
+def record(
+    report: Report,
+    *,
+    job: str | None = None,
+    when: datetime | None = None,
+    fingerprint: str | None = None,
+    rules_version: str | None = None,
+) -> pl.DataFrame:
     """The history row of one report."""
     v = report.verdict
     ff = v.first_failure
@@ -107,6 +118,10 @@ def record(report: Report, *, job: str | None = None, when: datetime | None = No
         "summary": v.summary,
         "host": socket.gethostname(),
         "logsleuth_version": __version__,
+        "rules_version": rules_version,
+        "fingerprint": fingerprint,
+        "partial": report.partial,
+        "problems": [f"{i.file}: {p}" for i in report.inputs for p in i.problems],
     }
     return pl.DataFrame([row], schema=SCHEMA)
 

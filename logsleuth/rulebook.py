@@ -10,12 +10,14 @@ finer causes their taxonomy parent. Loading a file never runs code.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,13 @@ class RuleSet:
 
     def by_id(self) -> dict[str, Rule]:
         return {r.id: r for r in self.rules}
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A short hash of what the rules say, not where they live: a stored verdict made under
+        the same digest (and model) need not be made again."""
+        said = sorted(repr(replace(r, origin="")) for r in self.rules) + sorted(repr(c) for c in self.causes.values())
+        return hashlib.sha256("\n".join(said).encode()).hexdigest()[:16]
 
 
 def load(extra: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True) -> RuleSet:
