@@ -260,6 +260,11 @@ def _failed_report(inputs: list[ingest.InputInfo], exc: BaseException) -> Report
         note = f"internal error{spot}: {type(exc).__name__}: {exc}"
         summary = "logsleuth could not finish the analysis; this is a bug in logsleuth, not in your job."
         fix = ["Report this with the note below and, if you can, the logs."]
+    return unfinished(inputs, note=note, summary=summary, fix=fix)
+
+
+def unfinished(inputs: Sequence[ingest.InputInfo], *, note: str, summary: str, fix: list[str]) -> Report:
+    """The report of an analysis that could not finish: cause ``unknown``, every input kept, the reason in a note."""
     verdict = Verdict(
         cause="unknown",
         category="unknown",

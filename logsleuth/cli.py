@@ -707,6 +707,148 @@ def history(
 
 
 @app.command()
+def batch(
+    roots: Annotated[
+        list[str] | None, typer.Argument(help="Folders (or files, globs) holding many jobs' logs.", show_default=False)
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", readable=False, help="The history folder to add one verdict per job to.")
+    ] = None,
+    job_key: Annotated[
+        str | None, typer.Option("--job-key", help="Group files into jobs by this glob with {id}, e.g. 'slurm-{id}.*' or '{id}/**'.")
+    ] = None,
+    workers: Annotated[int | None, typer.Option("--workers", "-j", min=1, help="Processes (default: every core this job may use).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Analyse again jobs the store already holds under the same rules.")] = False,
+    flush_every: Annotated[
+        int, typer.Option("--flush-every", min=1, help="Write the verdicts to the store every N jobs (an interrupt loses at most these).")
+    ] = 500,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal or json (a summary of the run).")] = "terminal",
+    list_jobs: Annotated[bool, typer.Option("--list", help="Only list the jobs found (and their files); analyse nothing.")] = False,
+    engine: Annotated[str, typer.Option("--engine", help="local (a process per core) or ray.")] = "local",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster to use (default: start a local one).")] = None,
+    emit: Annotated[
+        str | None, typer.Option("--emit", help="'sbatch': write a SLURM job array that analyses the jobs, instead of running here.")
+    ] = None,
+    emit_dir: Annotated[Path, typer.Option("--emit-dir", help="Where --emit writes the job list, script and task logs.")] = Path(
+        "logsleuth-batch"
+    ),
+    tasks: Annotated[int, typer.Option("--tasks", min=1, help="Array tasks for --emit sbatch.")] = 8,
+    cpus_per_task: Annotated[int, typer.Option("--cpus-per-task", min=1, help="Cores per array task for --emit sbatch.")] = 2,
+    sbatch_option: Annotated[
+        list[str] | None, typer.Option("--sbatch-option", help="Extra #SBATCH line for --emit sbatch, e.g. --partition=debug (repeatable).")
+    ] = None,
+    manifest: Annotated[Path | None, typer.Option("--manifest", help="Read the jobs from this list (what --emit writes).")] = None,
+    shard: Annotated[str | None, typer.Option("--shard", help="Analyse only share I/K of the jobs (an array task's).")] = None,
+    rules: RulesOpt = None,
+    budget: Annotated[float, typer.Option("--budget", help="Seconds of reading per job before it reports on what it read.")] = 120.0,
+    no_redact: Annotated[bool, typer.Option("--no-redact", help="Keep secrets (tokens, passwords) in the stored summaries.")] = False,
+    model: Annotated[Path | None, typer.Option("--model", help="Classifier model (folder or .npz) instead of the shipped one.")] = None,
+    no_model: Annotated[bool, typer.Option("--no-model", help="Rules only: do not fuse the learned classifier.")] = False,
+) -> None:
+    """Analyse every job under some folders on all cores (or a SLURM array, or Ray): one verdict per job in a history store."""
+    import json
+    import time
+
+    from . import batch as b
+
+    if fmt not in ("terminal", "json") or engine not in ("local", "ray") or emit not in (None, "sbatch"):
+        _err("--format is terminal or json; --engine is local or ray; --emit is sbatch")
+        raise typer.Exit(EXIT_USAGE)
+    if bool(roots) == (manifest is not None):
+        _err("give folders to search for jobs, or --manifest, not both")
+        raise typer.Exit(EXIT_USAGE)
+    part: tuple[int, int] | None = None
+    if shard is not None:
+        i, _, k = shard.partition("/")
+        if not (i.isdigit() and k.isdigit() and 0 <= int(i) < int(k)):
+            _err(f"--shard {shard!r}: use I/K with 0 <= I < K, e.g. 3/8")
+            raise typer.Exit(EXIT_USAGE)
+        part = (int(i), int(k))
+    _load_rules_or_exit(rules)
+    options = b.Options(
+        rules=tuple(str(r) for r in rules or ()),
+        model=str(model) if model else None,
+        classifier=not no_model,
+        budget_s=budget,
+        redact=not no_redact,
+    )
+    try:
+        found = b.Found(b.read_manifest(manifest)) if manifest is not None else b.discover(roots or [], job_key)
+    except (OSError, ValueError) as exc:
+        _err(str(exc) if isinstance(exc, ValueError) else f"--manifest {manifest}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    for problem in found.problems:
+        _err(problem)
+    if found.ignored:
+        _err(f"{found.ignored} log files do not match --job-key {job_key!r}; left out")
+    jobs = b.shard(found.jobs, *part) if part else found.jobs
+    if list_jobs:
+        if fmt == "json":
+            typer.echo(json.dumps([{"key": j.key, "job": j.name, "files": list(j.files)} for j in jobs], indent=2))
+        else:
+            for j in jobs:
+                typer.echo(f"{j.key}  ({len(j.files)} file{'s' if len(j.files) != 1 else ''})")
+        return
+    if not found.jobs and not part:
+        _err("no jobs found: no log files (*.out, *.err, *.log, *.txt, slurm-*) under the roots")
+        raise typer.Exit(EXIT_NO_INPUT)
+    if out is None:
+        _err("--out STORE is needed: the history folder the verdicts go to")
+        raise typer.Exit(EXIT_USAGE)
+    if not _writable_folder(out):
+        _err(f"--out {out}: cannot create or write to this folder")
+        raise typer.Exit(EXIT_USAGE)
+    version = options.version()
+    done, problems = (set(), []) if force else b.stored(out, version)
+    for problem in problems:
+        _err(problem)
+    todo = b.pending(jobs, done)
+    if emit == "sbatch":
+        script = b.emit_sbatch(
+            emit_dir, todo, store=out, tasks=tasks, options=options, cpus=cpus_per_task, sbatch_options=sbatch_option or ()
+        )
+        if fmt == "json":
+            typer.echo(json.dumps({"script": str(script), "jobs": len(todo), "skipped": len(jobs) - len(todo)}))
+        else:
+            typer.echo(f"wrote {script}: {len(todo)} jobs ({len(jobs) - len(todo)} already stored)")
+            typer.echo(f"submit with:  sbatch {script}")
+        return
+    started = time.monotonic()
+    writer = b.PartWriter(out, tag=f"-{part[0]}of{part[1]}" if part else "", rows=flush_every)
+    tally = b.Tally()
+    interrupted = False
+    try:
+        with b.stop_on_sigterm(), b.progress_bar(len(todo), enabled=sys.stderr.isatty()) as advance:
+
+            def seen(rows: "pl.DataFrame") -> None:
+                tally.add(rows)
+                advance(rows.height)
+
+            if engine == "ray":
+                b.run_ray(todo, options, version, writer, address=ray_address, progress=seen)
+            else:
+                b.run_local(todo, options, version, writer, workers=workers, progress=seen)
+    except KeyboardInterrupt:
+        interrupted = True
+    except OSError as exc:
+        _err(f"--out {out}: verdicts could not be written: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    except RuntimeError as exc:
+        _err(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    summary = tally.summary(store=str(out), found=len(jobs), skipped=len(jobs) - len(todo), seconds=time.monotonic() - started)
+    summary["parts"] = writer.parts
+    summary["interrupted"] = interrupted
+    if fmt == "json":
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        sys.stdout.write(b.render_summary(summary))
+    if interrupted:
+        _err(f"interrupted: {writer.written} verdicts stored; run the same command again to go on from there")
+        raise typer.Exit(130)
+
+
+@app.command()
 def epilog(
     budget: Annotated[float, typer.Option("--budget", help="Seconds of reading before the analysis reports on what it read.")] = 10.0,
     report_dir: Annotated[

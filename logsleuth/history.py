@@ -136,6 +136,14 @@ def append(store: str | os.PathLike[str], report: Report, *, job: str | None = N
     return _write_atomic(frame, folder / f"{stamp}-{_UNSAFE.sub('_', job or 'nojob')}-{host}-{frame.item(0, 'id')}.parquet")
 
 
+def write_part(store: str | os.PathLike[str], frame: pl.DataFrame, name: str) -> Path:
+    """Add many verdicts (rows of :data:`SCHEMA`) as one file ``name`` of the store: `batch` writes its
+    results in parts, so many writers (array tasks, Ray tasks) append at once without a lock."""
+    folder = Path(store)
+    folder.mkdir(parents=True, exist_ok=True)
+    return _write_atomic(frame.select(SCHEMA.keys()), folder / f"{_UNSAFE.sub('_', name)}.parquet")
+
+
 def failure_time(stamp: str | None) -> datetime | None:
     """The first failure's ISO stamp as an aware datetime (UTC when it has no zone), or None.
 

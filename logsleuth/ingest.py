@@ -136,9 +136,14 @@ def _walk_logs(root: str) -> Iterator[str]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
-            base = name[:-3] if name.endswith(".gz") else name
-            if base.endswith(LOG_SUFFIXES) or _is_slurm_default(base) or _BATCH_OUTPUT.search(base):
+            if is_log_name(name):
                 yield os.path.join(dirpath, name)
+
+
+def is_log_name(name: str) -> bool:
+    """Whether a file found in a folder is read as a log (by its name: see :func:`expand`)."""
+    base = name[:-3] if name.endswith(".gz") else name
+    return base.endswith(LOG_SUFFIXES) or _is_slurm_default(base) or bool(_BATCH_OUTPUT.search(base))
 
 
 #: PBS/Torque and Grid Engine name a job's output <name>.o<job id> and <name>.e<job id>.
