@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -29,16 +28,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.slurm.common import EPILOG, SETUP, ensure_running, unavailable
 
 pytestmark = pytest.mark.slurm
 
-EPILOG = ROOT / "examples" / "slurm" / "epilog.sh"
-SETUP = ROOT / "corpus" / "tools" / "slurm_setup.sh"
 JOB = ROOT / "tests" / "slurm" / "job.sbatch"
 TRAIN = ROOT / "tests" / "slurm" / "train.py"
 CONF = Path("/etc/logsleuth/epilog.conf")
@@ -56,16 +53,6 @@ class Cluster:
     store: Path  # the history the epilog appends to
 
 
-def _configured_epilog() -> str | None:
-    """The Epilog of the SLURM answering here, '(null)' when it has none, None when none answers."""
-    try:
-        proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"^Epilog\s*=\s*(\S+)", proc.stdout, re.MULTILINE)
-    return m.group(1) if proc.returncode == 0 and m else None
-
-
 def _job_user() -> str:
     """nobody, when nobody can run this Python with torch and logsleuth; else root (say, a checkout under /root)."""
     probe = ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={ROOT}", sys.executable, "-c", "import torch, logsleuth"]
@@ -76,28 +63,15 @@ def _job_user() -> str:
     return "nobody" if ok and os.access(JOB, os.R_OK) else "root"
 
 
-def _unavailable(reason: str) -> NoReturn:
-    """Skip on a developer machine; fail in CI, where LOGSLEUTH_REQUIRE_SLURM=1 says the cluster must run."""
-    if os.environ.get("LOGSLEUTH_REQUIRE_SLURM") == "1":
-        pytest.fail(f"SLURM is required here (LOGSLEUTH_REQUIRE_SLURM=1) but: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     if sys.platform != "linux" or os.geteuid() != 0:
-        _unavailable("needs root on Linux to start SLURM (corpus/tools/slurm_setup.sh)")
+        unavailable("needs root on Linux to start SLURM (corpus/tools/slurm_setup.sh)")
     if CONF.exists() and MARK not in CONF.read_text():
-        _unavailable(f"{CONF} exists and was not written by this test: not overwriting a real configuration")
-    current = _configured_epilog()
-    if current is None:
-        setup = subprocess.run(
-            ["bash", str(SETUP)], env={**os.environ, "LOGSLEUTH_EPILOG": str(EPILOG)}, capture_output=True, text=True, timeout=900
-        )
-        if setup.returncode != 0:
-            _unavailable(f"SLURM could not be started by {SETUP.name}: {(setup.stderr or setup.stdout)[-800:]}")
-    elif current != str(EPILOG):
-        _unavailable(
+        unavailable(f"{CONF} exists and was not written by this test: not overwriting a real configuration")
+    current = ensure_running()
+    if current != str(EPILOG):
+        unavailable(
             f"a SLURM already runs here with Epilog={current}; this test does not reconfigure a cluster in use. "
             f"Start it with: LOGSLEUTH_EPILOG={EPILOG} bash {SETUP.relative_to(ROOT)}"
         )

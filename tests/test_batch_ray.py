@@ -1,0 +1,74 @@
+"""`logsleuth batch --engine ray` on a real local Ray cluster: the same verdict table as the local engine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from logsleuth import history
+from logsleuth.cli import app
+from tests.conftest import ROOT
+
+EXAMPLES = ["slurm-time-limit/slurm-34.out", "port-in-use/torchrun.log", "user-exception-cascade/torchrun.log"]
+COLUMNS = ["job", "fingerprint", "rules_version", "cause", "category", "first_rank", "first_node", "ranks", "nodes"]
+RAY = Path(sys.executable).parent / "ray"
+
+
+def _unavailable(reason: str) -> None:
+    """Skip on a developer machine without Ray; fail in CI, where LOGSLEUTH_REQUIRE_RAY=1 says it is installed."""
+    if os.environ.get("LOGSLEUTH_REQUIRE_RAY") == "1":
+        pytest.fail(f"Ray is required here (LOGSLEUTH_REQUIRE_RAY=1) but: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """A one-machine Ray cluster, started as a site would (`ray start --head`), stopped afterwards."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        _unavailable("Ray is not installed (pip install -e '.[ray]')")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = [str(RAY), "start", "--head", "--num-cpus=2", f"--port={port}", "--include-dashboard=false", "--disable-usage-stats"]
+    proc = subprocess.run(start, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        _unavailable(f"`ray start` failed: {(proc.stderr or proc.stdout)[-800:]}")
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, timeout=300)
+
+
+def _table(store: Path) -> pl.DataFrame:
+    return history.load(store).table.select(COLUMNS).sort("fingerprint")
+
+
+def test_ray_stores_the_verdicts_the_local_engine_stores(tmp_path: Path, ray_address: str) -> None:
+    roots = tmp_path / "jobs"
+    for n in range(2):
+        for example in EXAMPLES:
+            dest = roots / f"{Path(example).parent}-{n}"
+            dest.mkdir(parents=True)
+            shutil.copy(ROOT / "examples" / example, dest)
+    local = CliRunner().invoke(app, ["batch", str(roots), "--out", str(tmp_path / "local"), "--format", "json"])
+    assert local.exit_code == 0, local.output
+    on_ray = CliRunner().invoke(
+        app, ["batch", str(roots), "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-address", ray_address, "--format", "json"]
+    )
+    assert on_ray.exit_code == 0, on_ray.output
+    assert _table(tmp_path / "ray").equals(_table(tmp_path / "local"))
+    again = CliRunner().invoke(
+        app, ["batch", str(roots), "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-address", ray_address, "--format", "json"]
+    )
+    assert '"skipped": 6' in again.stdout and '"analysed": 0' in again.stdout
