@@ -219,13 +219,17 @@ def _natural(key: str) -> list[Any]:
 
 
 def stored(store: str | os.PathLike[str], version: str) -> tuple[set[str], list[str]]:
-    """The fingerprints of jobs the store holds under ``version``, from rows this user or root wrote
-    (another user's file could otherwise hide a job from the batch), and the store's problems."""
+    """The fingerprints of jobs the store holds under ``version``, read in full (an epilog's verdict under
+    its short budget may not be), from rows this user or root wrote (another user's file could
+    otherwise hide a job from the batch), and the store's problems."""
     if not Path(store).is_dir():
         return set(), []
     loaded = history.load(store)
     mine = loaded.table.filter(
-        (pl.col("rules_version") == version) & pl.col("fingerprint").is_not_null() & pl.col(history.WRITER).is_in([0, os.geteuid()])
+        (pl.col("rules_version") == version)
+        & pl.col("fingerprint").is_not_null()
+        & ~pl.col("partial").fill_null(False)
+        & pl.col(history.WRITER).is_in([0, os.geteuid()])
     )
     return set(mine.get_column("fingerprint").to_list()), loaded.problems
 

@@ -254,8 +254,13 @@ def run(
     except OSError as exc:
         return Outcome(f"{tag}: {v.category}, but the report could not be written: {exc}")
     if store:
+        from .batch import Options, fingerprint
+
         try:
-            written.append(str(append(store, report, job=job.id)))
+            # with the fingerprint and version `batch` would give it, so a later batch over the archive skips this job
+            made = Options(rules=tuple(rules or ()), budget_s=budget_s).version()
+            paths = [os.path.abspath(p) for p in outputs]
+            written.append(str(append(store, report, job=job.id, fingerprint=fingerprint(paths), rules_version=made)))
         except OSError as exc:
             return Outcome(f"{tag}: {v.category} -> {written[0]}; not added to the history: {exc}", written)
     where = "".join(f"; {x}" for x in (f"rank {ff.rank}" if ff.rank is not None else None, ff.node) if x)

@@ -126,11 +126,19 @@ def record(
     return pl.DataFrame([row], schema=SCHEMA)
 
 
-def append(store: str | os.PathLike[str], report: Report, *, job: str | None = None, when: datetime | None = None) -> Path:
+def append(
+    store: str | os.PathLike[str],
+    report: Report,
+    *,
+    job: str | None = None,
+    when: datetime | None = None,
+    fingerprint: str | None = None,
+    rules_version: str | None = None,
+) -> Path:
     """Add one verdict to the store (created if missing); returns the file written."""
     folder = Path(store)
     folder.mkdir(parents=True, exist_ok=True)
-    frame = record(report, job=job, when=when)
+    frame = record(report, job=job, when=when, fingerprint=fingerprint, rules_version=rules_version)
     stamp = frame.item(0, "time").strftime("%Y%m%dT%H%M%S%f")
     host = _UNSAFE.sub("_", socket.gethostname())
     return _write_atomic(frame, folder / f"{stamp}-{_UNSAFE.sub('_', job or 'nojob')}-{host}-{frame.item(0, 'id')}.parquet")

@@ -143,7 +143,12 @@ def _walk_logs(root: str) -> Iterator[str]:
 def is_log_name(name: str) -> bool:
     """Whether a file found in a folder is read as a log (by its name: see :func:`expand`)."""
     base = name[:-3] if name.endswith(".gz") else name
+    if base.endswith(_OWN_REPORTS):  # the epilog's reports next to slurm-<id>.out are not logs
+        return False
     return base.endswith(LOG_SUFFIXES) or _is_slurm_default(base) or bool(_BATCH_OUTPUT.search(base))
+
+
+_OWN_REPORTS = (".logsleuth.json", ".logsleuth.md")
 
 
 #: PBS/Torque and Grid Engine name a job's output <name>.o<job id> and <name>.e<job id>.

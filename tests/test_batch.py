@@ -186,6 +186,7 @@ def test_a_job_that_cannot_be_read_is_a_row_with_its_problem(tmp_path: Path) -> 
     assert code == 0 and summary["analysed"] == 4 and summary["with_problems"] == 1
     row = _stored(tmp_path / "store").filter(pl.col("job") == "9").row(0, named=True)
     assert row["partial"] and any("gzip" in p for p in row["problems"])
+    assert _run(str(root), "--out", str(tmp_path / "store"))[1]["analysed"] == 1  # a partial verdict is not final
 
 
 def test_list_shows_the_jobs_without_analysing(tmp_path: Path) -> None:

@@ -157,6 +157,14 @@ def test_run_into_a_report_dir_and_a_store(job_dir: Path, tmp_path: Path) -> Non
     assert pl.read_parquet(out.written[-1]).item(0, "job") == "23"
 
 
+def test_a_job_the_epilog_stored_is_skipped_by_a_later_batch(job_dir: Path, tmp_path: Path) -> None:
+    from logsleuth.batch import Options, discover, stored
+
+    run(env_for(job_dir), store=str(tmp_path / "store"))
+    (job,) = discover([job_dir]).jobs  # the archive, later: slurm-23.out (the epilog's reports are no logs)
+    assert job.fingerprint in stored(tmp_path / "store", Options().version())[0]
+
+
 def test_a_report_that_cannot_be_written_is_said_not_raised(job_dir: Path, tmp_path: Path) -> None:
     blocked = tmp_path / "file-not-folder"
     blocked.write_text("")
