@@ -98,7 +98,7 @@ def main() -> None:
     print("|---|--:|--:|--:|")
     for name, secs, note in rows:
         speed = f"{secs / wall:.1f}x" if secs > wall else "–"
-        print(f"| {name} | {secs:.0f}{' (est.)' if note else ''} | {len(files) / secs:.1f} | {speed} |")
+        print(f"| {name} | {secs:.1f}{' (est.)' if note else ''} | {len(files) / secs:.1f} | {speed} |")
     print(f"\npeak RSS: largest process of the batch run {max(before, worker_rss) / 1024:.0f} MB (ru_maxrss of the children)")
 
 
