@@ -52,38 +52,61 @@ FAILURE_KINDS = (
 )
 #: An event of a failure kind at error level: a process or the job failed here.
 IS_FAILURE = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
+#: The exception torchrun's launcher logs from an error file (``ERROR:...error_handler:{ "message": ...``):
+#: written when a process died of an uncaught exception (elastic's ``@record``), never for a handled one.
+LAUNCHER_ERROR_RECORD = (pl.col("kind") == "exception") & (pl.col("source") == "launcher") & (pl.col("level") == "error")
 #: Messages that end a run without being a failure in themselves (interpreter shutdown noise).
 _SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
 #: A connection being retried (c10d's client socket, NCCL's bootstrap, Gloo): as the last line
 #: of a log, the process was still trying to reach its peers when the log ends.
 _STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect returned .*retrying|Connection (?:refused|timed out).*retry"
+#: An NCCL error return as PyTorch (or NCCL's own API) reports it: ``NCCL error in: ...``,
+#: ``NCCL error: unhandled system error``, ``ncclSystemError: System call ...``.
+NCCL_ERROR_RETURN = r"\bNCCL error\b|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b"
 
 
-def failure_signals(events: pl.DataFrame) -> pl.Series:
+def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> pl.Series:
     """Per event: does it show that something failed, whether or not a rule explains it?
 
     A job reads as ``none`` only when no event does. Besides the failure kinds
     (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
-    line of its own, an NCCL error return (``init.cc:1234 -> 2``), a fatal line
-    (an allocator abort), an error line that ends its file (a log cut right
+    line of its own, an NCCL error return (``init.cc:1234 -> 2``, or PyTorch's
+    ``NCCL error: unhandled system error`` / ``ncclSystemError: ...``), the error
+    record torchrun's launcher logs for an exception (its error-file JSON), a fatal
+    line (an allocator abort), an error line that ends its file (a log cut right
     after its error), a connection still retried when its log ends, and a log that ends
-    while processes are still joining the group (fewer members than its world) all count. (A traceback cut before its exception line is
-    already a traceback event: parse.python folds it.)
+    while processes are still joining the group (fewer members than its world) all count.
+    With the rule ``hits`` at hand, an NCCL WARN that no rule knows (not even as harmless
+    context) counts too: NCCL warns just before it returns an error. (A traceback cut
+    before its exception line is already a traceback event: parse.python folds it.)
     """
     if events.is_empty():
         return pl.Series("failure", [], dtype=pl.Boolean)
-    kind, level = pl.col("kind"), pl.col("level")
+    kind, level, msg = pl.col("kind"), pl.col("level"), pl.col("message")
     last = pl.col("line") == pl.col("line").max().over("file")
     members = pl.col("rank").filter(kind == "dist_member").n_unique()  # over every file: a rank may write its own
     still_joining = last & (kind == "dist_member") & (members < pl.col("nranks"))
     ends_in_error = still_joining | last & (
-        (kind.is_in(["line", "exception"]) & (level == "error") & ~pl.col("message").str.contains(_SHUTDOWN_NOISE).fill_null(False))
-        | (kind.is_in(["line", "nccl_info", "nccl_warn"]) & pl.col("message").str.contains(_STILL_CONNECTING).fill_null(False))
+        (kind.is_in(["line", "exception"]) & (level == "error") & ~msg.str.contains(_SHUTDOWN_NOISE).fill_null(False))
+        | (kind.is_in(["line", "nccl_info", "nccl_warn"]) & msg.str.contains(_STILL_CONNECTING).fill_null(False))
     )
+    nccl_error = level.is_in(["error", "fatal"]) & msg.str.contains(NCCL_ERROR_RETURN).fill_null(False)
     signal = (
-        IS_FAILURE | (kind.is_in(["nccl_unwind", "line"]) & (pl.col("exit_code").fill_null(0) != 0)) | (level == "fatal") | ends_in_error
+        IS_FAILURE
+        | (kind.is_in(["nccl_unwind", "line"]) & (pl.col("exit_code").fill_null(0) != 0))
+        | (level == "fatal")
+        | ends_in_error
+        | nccl_error
+        | LAUNCHER_ERROR_RECORD
     )
-    return events.select(signal.fill_null(False).alias("failure")).to_series()
+    out = events.select(signal.fill_null(False).alias("failure")).to_series()
+    if hits is not None:
+        known = hits.get_column("eid").unique().implode()
+        unknown_warn = (
+            events.with_row_index("eid").select(((kind == "nccl_warn") & ~pl.col("eid").is_in(known)).fill_null(False)).to_series()
+        )
+        out = (out | unknown_warn).alias("failure")
+    return out
 
 
 #: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
@@ -188,6 +211,7 @@ class Reasoning:
     ordering_note: str = ""
     offsets: dict[str, float] = field(default_factory=dict)
     handled: list[int] = field(default_factory=list)  # exceptions the process survived (events it kept working after)
+    signals: list[int] = field(default_factory=list)  # events that show a failure, explained or not (failure_signals)
 
 
 def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
@@ -200,6 +224,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     ev = ev.join(tl.order, on="eid", how="left").join(best, on="eid", how="left")
     ev = _read_exits(ev, events)
     handled: list[int] = []
+    signal = failure_signals(events, hits)
     if _launcher_saw_no_failure(ev):
         # an error the job survived (a caught, logged exception): the launcher reported no death
         ev = ev.with_columns(pl.lit(False).alias("unexplained"), (pl.col("role") == "primary").fill_null(False).alias("own"))
@@ -219,7 +244,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
                 pl.col("unexplained") & ~pl.col("eid").is_in(handled),
                 pl.col("own") & ~pl.col("eid").is_in(handled),
             )
-        live = failure_signals(events) & ~events.with_row_index("eid").get_column("eid").is_in(handled)
+        live = signal & ~events.with_row_index("eid").get_column("eid").is_in(handled)
         failed = bool(live.any()) or bool(best.filter((pl.col("hit_role") != "context") & ~pl.col("eid").is_in(handled)).height)
 
     attributed = _attributed(ev, events)
@@ -274,6 +299,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         ordering_note=tl.note,
         offsets=tl.offsets,
         handled=handled,
+        signals=[int(e) for e in signal.arg_true().to_list() if e not in handled],
     )
 
 
@@ -313,13 +339,14 @@ def _stalled_by_progress(events: pl.DataFrame, ranks: list[RankState], notes: li
 
 #: Launcher reports of a death: any of them means the job did fail.
 _DEATH_REPORTS = (*EXIT_KINDS, "slurm_cancel", "slurm_oom", "slurm_failed", "slurm_memory_error", "slurm_node_failure", "watchdog_timeout")
+_DIED = pl.col("kind").is_in(_DEATH_REPORTS) | LAUNCHER_ERROR_RECORD
 
 
 def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
     """The launcher's own output is in the inputs (torchrun's log lines, srun's labels) and it
     reported no worker's death: errors printed along the way were survived."""
     present = ev.filter((pl.col("source") == "launcher") | pl.col("task").is_not_null()).height > 0
-    if not present or not ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty():
+    if not present or not ev.filter(_DIED).is_empty():
         return False
     # and every file went on with ordinary output after its last error (a cut-off log did not)
     ordinary = (pl.col("kind") == "line") & (pl.col("level") == "info")
@@ -343,7 +370,7 @@ def _handled(ev: pl.DataFrame) -> list[int]:
     Where several ranks write to one file without rank prefixes, an unranked traceback
     cannot be tied to the process that kept printing, so it is never read as handled.
     """
-    if not ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty():
+    if not ev.filter(_DIED).is_empty():
         return []
     # a join line names its rank, but says nothing about who wrote the unprefixed lines around it
     said = ev.filter(pl.col("rank").is_not_null() & (pl.col("kind") != "dist_member"))

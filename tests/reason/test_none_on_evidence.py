@@ -177,3 +177,73 @@ def test_a_survived_exception_teed_to_the_ranks_stderr_file_is_still_survived(tm
     (rank0 / "stdout.log").write_text("\n".join(steps) + "\n")
     report = logsleuth.analyze([str(tmp_path / "console.log"), str(rank0 / "stderr.log"), str(rank0 / "stdout.log")])
     assert report.verdict.category == "none"
+
+
+def test_an_nccl_error_pytorch_reports_is_a_failure_even_mid_log(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "Collective WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=600000) raised the following"
+                " async exception: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+                "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+                "Last error:",
+                "",
+                "Exception raised from checkForNCCLErrorsInternal at /src/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1987",
+                "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57",
+            ]
+        ),
+    )
+    assert report.verdict.category != "none"
+    assert any("NCCL error" in e.text or "ncclSystemError" in e.text for e in report.verdict.evidence)
+
+
+def test_the_launchers_error_record_is_a_failure_though_the_log_goes_on(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "ERROR:torch.distributed.elastic.multiprocessing.errors.error_handler:{",
+                '  "message": {',
+                '    "message": "OverflowError: cannot convert float infinity to integer",',
+                '    "extraInfo": {',
+                '      "py_callstack": "Traceback (most recent call last): ...",',
+                '      "timestamp": "1700000000"',
+                "    }",
+                "  }",
+                "}",
+            ]
+        ),
+    )
+    assert report.verdict.category != "none"
+
+
+def test_an_nccl_warn_no_rule_knows_is_a_failure(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "gpu-a01:2081:2081 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                "gpu-a01:2081:2133 [0] misc/frobnicate.cc:88 NCCL WARN Could not frobnicate the widget 3",
+                *(f"epoch 1 | step {s} | loss 1.2" for s in (10, 20)),
+            ]
+        ),
+    )
+    assert report.verdict.category == "unknown"
+    assert any("frobnicate" in e.text for e in report.verdict.evidence)
+
+
+def test_an_nccl_warn_known_to_be_harmless_leaves_a_clean_run_clean(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "gpu-a01:2081:2081 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                "gpu-a01:2081:2081 [0] NCCL WARN Failed to open libibverbs.so[.1]",
+                "gpu-a01:2081:2081 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
+                _PROGRESS,
+                "training done",
+            ]
+        ),
+    )
+    assert report.verdict.category == "none"
