@@ -59,7 +59,13 @@ LAUNCHER_ERROR_RECORD = (pl.col("kind") == "exception") & (pl.col("source") == "
 _SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
 #: A connection being retried (c10d's client socket, NCCL's bootstrap, Gloo): as the last line
 #: of a log, the process was still trying to reach its peers when the log ends.
-_STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect returned .*retrying|Connection (?:refused|timed out).*retry"
+_STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect(?: to \S+)? returned .*retrying|Connection (?:refused|timed out).*retry"
+#: ... except an address the socket cannot use at all (c10d tries every address of the host in
+#: turn: an IPv6 one gives EINVAL or EAFNOSUPPORT, and the next one is tried), which is no retry.
+_UNUSABLE_ADDRESS = r"errno: (?:22|97)\b"
+#: A line whose own glog marker says warning or info (``[W socket.cpp:436]``, ``[W1008 23:40:22.83 socket.cpp:767]``),
+#: whatever a wrapper that labels every stderr line an error put before it.
+_GLOG_NOT_ERROR = r"\[[WI]\d{0,4}(?: [\d:.]+)?(?: \d+)? ?[\w/.-]+\.(?:cpp|cc|h|hpp):\d+\]"
 #: An NCCL error return as PyTorch (or NCCL's own API) reports it: ``NCCL error in: ...``,
 #: ``NCCL error: unhandled system error``, ``ncclSystemError: System call ...``.
 NCCL_ERROR_RETURN = r"\bNCCL error\b|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b"
@@ -87,8 +93,17 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     members = pl.col("rank").filter(kind == "dist_member").n_unique()  # over every file: a rank may write its own
     still_joining = last & (kind == "dist_member") & (members < pl.col("nranks"))
     ends_in_error = still_joining | last & (
-        (kind.is_in(["line", "exception"]) & (level == "error") & ~msg.str.contains(_SHUTDOWN_NOISE).fill_null(False))
-        | (kind.is_in(["line", "nccl_info", "nccl_warn"]) & msg.str.contains(_STILL_CONNECTING).fill_null(False))
+        (
+            kind.is_in(["line", "exception"])
+            & (level == "error")
+            & ~msg.str.contains(_SHUTDOWN_NOISE).fill_null(False)
+            & ~msg.str.contains(_GLOG_NOT_ERROR).fill_null(False)
+        )
+        | (
+            kind.is_in(["line", "nccl_info", "nccl_warn"])
+            & msg.str.contains(_STILL_CONNECTING).fill_null(False)
+            & ~msg.str.contains(_UNUSABLE_ADDRESS).fill_null(False)
+        )
     )
     nccl_error = level.is_in(["error", "fatal"]) & msg.str.contains(NCCL_ERROR_RETURN).fill_null(False)
     signal = (
@@ -222,7 +237,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     focus = ev.join(best, on="eid", how="left").filter(IS_FAILURE | (pl.col("hit_role").is_not_null() & (pl.col("hit_role") != "context")))
     tl = timeline.build(events, focus.get_column("eid"))
     ev = ev.join(tl.order, on="eid", how="left").join(best, on="eid", how="left")
-    ev = _read_exits(ev, events)
+    ev = _read_exits(_still_retrying(ev), events)
     handled: list[int] = []
     signal = failure_signals(events, hits)
     if _launcher_saw_no_failure(ev):
@@ -301,6 +316,26 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         handled=handled,
         signals=[int(e) for e in signal.arg_true().to_list() if e not in handled],
     )
+
+
+def _still_retrying(ev: pl.DataFrame) -> pl.DataFrame:
+    """A connection a rule knows as a retry (context: c10d's or NCCL's "failed to connect ...,
+    retrying") that is still being retried when its log ends: the process never reached its
+    peer, so the retries of that file are its failure (a weak primary: any stronger failure wins)."""
+    msg = pl.col("message")
+    last = pl.col("line") == pl.col("line").max().over("file")
+    retrying = (
+        last
+        & (pl.col("hit_role") == "context")
+        & msg.str.contains(_STILL_CONNECTING).fill_null(False)
+        & ~msg.str.contains(_UNUSABLE_ADDRESS).fill_null(False)
+    )
+    ended = ev.filter(retrying.fill_null(False)).select("file", "rule").unique()
+    if ended.is_empty():
+        return ev
+    same = ev.select("file", "rule").join(ended.with_columns(pl.lit(True).alias("_r")), on=["file", "rule"], how="left")
+    promote = same.get_column("_r").fill_null(False) & (ev.get_column("hit_role") == "context").fill_null(False)
+    return ev.with_columns(pl.when(promote).then(pl.lit("primary")).otherwise(pl.col("hit_role")).alias("hit_role"))
 
 
 #: Verdicts that say how a job was ended from outside, not why it stopped making progress:

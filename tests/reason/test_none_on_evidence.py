@@ -247,3 +247,37 @@ def test_an_nccl_warn_known_to_be_harmless_leaves_a_clean_run_clean(tmp_path: Pa
         ),
     )
     assert report.verdict.category == "none"
+
+
+def test_a_log_that_ends_while_a_connection_is_still_retried_names_the_unreachable_peer(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            f"gpu-e02:{pid}:{pid + 40} [{d}] NCCL INFO Call to connect returned Connection refused, retrying"
+            for pid, d in ((31, 0), (33, 1)) * 4
+        ),
+    )
+    assert report.verdict.category == "master_unreachable"
+
+
+def test_an_address_the_store_cannot_use_is_no_retry_and_a_clean_run_stays_clean(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "GPU available: True (cuda), used: True",
+                *["[W socket.cpp:601] [c10d] The client socket has failed to connect to [gpu-n01]:29512 (errno: 22 - Invalid argument)."]
+                * 3,
+            ]
+        ),
+    )
+    assert report.verdict.category == "none"
+
+
+def test_a_warning_wrapped_as_an_error_by_a_log_collector_is_still_a_warning(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "2025-03-02 10:00:01.250000+00:00 Error From gpu-n01: [W socket.cpp:436] [c10d] The server socket cannot be initialized"
+        " on [::]:29512 (errno: 97 - Address family not supported by protocol).",
+    )
+    assert report.verdict.category == "none"
