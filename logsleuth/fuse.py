@@ -210,7 +210,7 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
     runner_up = max((probs.get(c.category, 0.0) for c in out[1:] if c.category != lead.category), default=0.0)
     unsure = (
         lead.category not in ("none", "unknown")
-        and not lead.rules
+        and not _reasoned(lead)
         and (probs[lead.category] - runner_up < CLASSIFIER_MARGIN or _mute(events, reasoning))
     )
     if unsure:
@@ -236,7 +236,7 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
         abstain = Candidate("unknown", "unknown", "primary", 0.0, round(1.0 - probs[lead.category], 3), eids, [], _ranks(events, eids))
         out = [abstain] + [c for c in out if c.category != "unknown"]
         lead = out[0]
-    elif lead.category not in ("none", "unknown") and not lead.rules:
+    elif lead.category not in ("none", "unknown") and not _reasoned(lead):
         notes.append(f"no rule recognises this failure; the verdict {lead.category} comes from the learned classifier")
     same_lead = bool(reasoning.candidates) and lead.category == reasoning.candidates[0].category
     # the reasoner placed the culprit across ranks; a lead it chose keeps that first failure
@@ -245,6 +245,12 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
     else:
         first_eid, first = lead.eids[0], _first_failure(events, lead.eids[0])
     return replace(reasoning, candidates=out, first_eid=first_eid, first_failure=first, notes=notes)
+
+
+def _reasoned(c: Candidate) -> bool:
+    """A candidate the rules or the cross-rank reasoning (a disagreement between ranks or nodes,
+    a hang) propose, not the classifier alone."""
+    return bool(c.rules) or c.role in ("consistency", "hang")
 
 
 def _mute(events: pl.DataFrame, reasoning: Reasoning) -> bool:

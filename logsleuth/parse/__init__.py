@@ -18,6 +18,10 @@ from . import nccl, prefixes, python, slurm, torch
 #: Rules add their own keywords; these are what the parsers themselves need.
 KEYWORDS: tuple[str, ...] = (
     "GLOBAL_RANK",  # Lightning's process-group membership lines (parse.torch)
+    "Discovered ",  # ... DeepSpeed's
+    "Rank of current process",  # ... detectron2's
+    "init",  # ... and a script's own "Distributed init: rank 0/2"
+    "Init",
     # generic trouble words, in the case variants that occur
     "error",
     "Error",

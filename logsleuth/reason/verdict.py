@@ -275,7 +275,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         lead = _refine(lead, candidates, ev, events, hang, rules, notes)
         # a hang candidate absorbs the rule candidate of the same cause it was built from
         candidates = [lead] + [c for c in candidates if c is not lead and not (lead.role == "hang" and c.cause == lead.cause)]
-    candidates = _with_findings(candidates, findings, hang, ev, rules)
+    candidates = _with_findings(candidates, findings, hang, ev, rules, failed)
     candidates = _hardware_first(candidates, ev, notes)
     candidates = _init_file_first(candidates, ev, rules, notes)
     if candidates:
@@ -825,16 +825,22 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
 
 
 def _with_findings(
-    cands: list[Candidate], findings: list[consistency.Finding], hang: hangs.Hang | None, ev: pl.DataFrame, rules: RuleSet
+    cands: list[Candidate],
+    findings: list[consistency.Finding],
+    hang: hangs.Hang | None,
+    ev: pl.DataFrame,
+    rules: RuleSet,
+    signalled: bool = False,
 ) -> list[Candidate]:
     """Add disagreements between nodes as candidates; one leads when it explains a symptom-only
-    verdict or a failure no rule explains."""
+    verdict or a failure no rule explains (``signalled``: some line shows the job failed, see
+    failure_signals, e.g. a log that ends while processes are still joining)."""
     if not findings:
         return cands
     lead = cands[0] if cands else None
     progressed = hang is not None and hang.seq is not None and hang.seq > PROGRESS_SEQ
     named_culprit = lead is not None and lead.role == "hang" and bool(hang and hang.hung)
-    failed = bool(ev.filter(IS_FAILURE).height) or lead is not None or any(f.shows_failure for f in findings)
+    failed = signalled or bool(ev.filter(IS_FAILURE).height) or lead is not None or any(f.shows_failure for f in findings)
     extra: list[Candidate] = []
     promoted: Candidate | None = None
     absorbed: Candidate | None = None
