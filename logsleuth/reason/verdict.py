@@ -28,7 +28,7 @@ import polars as pl
 
 from logsleuth.events import matching
 from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
-from logsleuth.parse.python import SHOWN_SOURCE
+from logsleuth.parse.python import CUT_OFF, SHOWN_SOURCE
 from logsleuth.rulebook import RuleSet
 
 from . import consistency, hangs, timeline
@@ -539,7 +539,11 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     ev = ev.with_columns(why.alias("why"), role.alias("role"))
     ev = _late_cancellations(ev)
     quiet_rank = ~pl.col("_conseq").fill_null(False) & ~pl.col("_primary").fill_null(False)
-    unexplained = IS_FAILURE & pl.col("role").is_null() & pl.col("why").is_null() & quiet_rank
+    # a traceback cut before its exception line says nothing of its own; printed after lines a rule
+    # explains, it is one of theirs (a victim's traceback, the launcher's), not another failure
+    explained = ev.filter(pl.col("role").is_in(["primary", "consequence"]) & pl.col("why").is_null()).get_column("pos").min()
+    mute_after = (pl.col("message") == CUT_OFF) & (pl.col("pos") > explained) if explained is not None else pl.lit(False)
+    unexplained = IS_FAILURE & pl.col("role").is_null() & pl.col("why").is_null() & quiet_rank & ~mute_after
     return ev.with_columns(
         unexplained.alias("unexplained"),
         ((pl.col("role") == "primary").fill_null(False) | unexplained).alias("own"),

@@ -62,6 +62,9 @@ CASES = [
     ),
     ("2024-05-01T10:00:00.123Z [default0]:hello", "hello", None, None, 0, None),
     ("RuntimeError: boom", "RuntimeError: boom", None, None, None, None),
+    # the Hugging Face test harness (accelerate test) labels its child's streams
+    ("stderr: [E ProcessGroupNCCL.cpp:461] To avoid data inconsistency", "To avoid data inconsistency", None, None, None, "error"),
+    ("stdout: [rank1]: ValueError: x", "ValueError: x", None, 1, None, None),
 ]
 
 

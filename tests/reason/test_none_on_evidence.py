@@ -281,3 +281,24 @@ def test_a_warning_wrapped_as_an_error_by_a_log_collector_is_still_a_warning(tmp
         " on [::]:29512 (errno: 97 - Address family not supported by protocol).",
     )
     assert report.verdict.category == "none"
+
+
+def test_tracebacks_cut_after_the_ranks_timeouts_are_theirs_not_an_unknown_failure(tmp_path: Path) -> None:
+    watchdog = (
+        "[E ProcessGroupNCCL.cpp:828] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=512,"
+        " OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800950 milliseconds before timing out."
+    )
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                *(watchdog.format(r=r) for r in (1, 2)),
+                "Traceback (most recent call last):",
+                '  File "/home/user/run/train.py", line 6, in <module>',
+                "Traceback (most recent call last):",
+                '  File "/home/user/run/train.py", line 6, in <module>',
+                "    trainer.train()",
+            ]
+        ),
+    )
+    assert report.verdict.category == "collective_timeout"
