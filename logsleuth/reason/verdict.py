@@ -651,6 +651,9 @@ def _refine(
     - victims of a vanished peer: the rank that left the job without an error;
     - ranks that failed the same way at the same moment: the lowest of them.
     """
+    split = _split_wait(lead, cands, ev, rules)
+    if split is not None:
+        return split
     if lead.category in hangs.WAITING and lead.role != "hang" and hang is not None and hang.hung:
         return _hang_candidate(cands, ev, hang, rules, cause=lead.cause)
     if lead.cause == "unknown" and hang is not None and hang.hung:
@@ -685,6 +688,44 @@ def _refine(
         if tied is not None:
             lead.first = _rank_first(ev, tied, among=lead.eids)
     return lead
+
+
+def _split_wait(lead: Candidate, cands: list[Candidate], ev: pl.DataFrame, rules: RuleSet) -> Candidate | None:
+    """Some ranks timed out waiting in the store (forming a new process group: ``new_group``, the
+    DETAIL wrapper's helper group) while the other ranks timed out inside a collective: the ranks
+    were in different operations. A collective runs on a group that formed already, so the ranks in
+    the store were creating a group the others never asked for: they issued different collectives
+    (new_group must be called by every rank, in the same order as their other collectives)."""
+    if lead.role == "hang" or rules.category(lead.cause) != "rendezvous_timeout":
+        return None
+    lines = ev.filter(pl.col("eid").is_in(lead.eids))
+    in_store = set(lines.filter(hangs.is_store_wait(pl.col("message"))).get_column("rank").drop_nulls().to_list())
+    waiting = ev.filter((pl.col("category") == "collective_timeout") | pl.col("kind").is_in(["watchdog_timeout", "gloo_timeout"])).filter(
+        pl.col("rank").is_not_null() & ~pl.col("rank").is_in(list(in_store))
+    )
+    in_collective = set(waiting.get_column("rank").to_list())
+    if not in_store or not in_collective:
+        return None
+    base = next((c for c in cands if c.category == "collective_mismatch"), None)
+    first = sorted(in_store)[0]
+    return Candidate(
+        cause=base.cause if base is not None else "collective_mismatch",
+        category=rules.category("collective_mismatch"),
+        role="primary",
+        weight=0.75,
+        confidence=0.0,
+        eids=list(
+            dict.fromkeys([*(int(e) for e in lines.get_column("eid")), *(int(e) for e in waiting.sort("pos").get_column("eid").head(2))])
+        ),
+        rules=sorted({*lead.rules, *(base.rules if base is not None else [])}),
+        ranks=sorted(in_store | in_collective),
+        nodes=list(lead.nodes),
+        summary=(
+            f"Rank {_rank_list(sorted(in_store))} timed out in the store creating a process group while rank"
+            f" {_rank_list(sorted(in_collective))} timed out in a collective: the ranks called different collectives"
+        ),
+        first=_rank_first(ev, first),
+    )
 
 
 def _mismatch_candidate(ev: pl.DataFrame, rules: RuleSet, odd: list[int], why: str) -> Candidate:
