@@ -5,7 +5,8 @@ clush put before every remote line (DeepSpeed's multi-node launcher uses
 pdsh: ``worker-0: ``, ``10.0.0.5: ``), a platform timestamp,
 ``srun --label`` (`` 3: ``, space padded), the ``stdout: ``/``stderr: `` label the
 Hugging Face test harness (``accelerate test``, transformers' and DeepSpeed's test
-utilities: ``tee(..., label="stderr:")``) puts before its child's lines, mpirun ``[1,3]<stdout>:``,
+utilities: ``tee(..., label="stderr:")``) puts before its child's lines, mpirun ``[1,3]<stdout>:``
+(horovodrun's own launcher: ``[3]<stderr>:``, after a ``time.asctime()`` stamp with ``--prefix-timestamp``),
 torchrun ``--tee`` headers (``[default0]:``, local rank) and PyTorch's own
 ``[rank3]:`` (global rank, from the excepthook and c10 logging), then glog or
 Python logging headers. One anchored regex with an optional group per layer
@@ -33,7 +34,7 @@ PREFIX = (
     r"(?:(?:P\d+ )?[ ]*(?P<task>\d{1,6}): )?"
     rf"(?:\[?(?P<ts2>{_TS})\]?[ \t]+)?"
     r"(?:std(?:out|err): )?"
-    r"(?:\[\d+,(?P<mpi_rank>\d+)\]<std(?:out|err)>:[ ]?)?"
+    r"(?:(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[(?:\d+,)?(?P<mpi_rank>\d+)\]<std(?:out|err)>:[ ]?)?"
     r"(?:\[(?P<role_a>[A-Za-z_][A-Za-z_-]*?)(?P<num_a>\d{1,6})\]:[ ]?)?"
     r"(?:\[(?P<role_b>[A-Za-z_][A-Za-z_-]*?)(?P<num_b>\d{1,6})\]:[ ]?)?"
     r"(?:\[rank: (?P<pl_rank>\d+)\] )?"
