@@ -700,9 +700,12 @@ def _split_wait(lead: Candidate, cands: list[Candidate], ev: pl.DataFrame, rules
         return None
     lines = ev.filter(pl.col("eid").is_in(lead.eids))
     in_store = set(lines.filter(hangs.is_store_wait(pl.col("message"))).get_column("rank").drop_nulls().to_list())
-    waiting = ev.filter((pl.col("category") == "collective_timeout") | pl.col("kind").is_in(["watchdog_timeout", "gloo_timeout"])).filter(
-        pl.col("rank").is_not_null() & ~pl.col("rank").is_in(list(in_store))
+    in_op = (
+        (pl.col("category") == "collective_timeout")
+        | pl.col("kind").is_in(["watchdog_timeout", "gloo_timeout"])
+        | pl.col("message").str.contains("monitoredBarrier").fill_null(False)  # the barrier DETAIL runs before a collective
     )
+    waiting = ev.filter(in_op & pl.col("rank").is_not_null() & ~pl.col("rank").is_in(list(in_store)))
     in_collective = set(waiting.get_column("rank").to_list())
     if not in_store or not in_collective:
         return None
