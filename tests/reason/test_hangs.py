@@ -142,3 +142,18 @@ def test_a_rank_waiting_in_the_store_for_a_new_group_while_the_others_wait_in_a_
     report = logsleuth.analyze(log)
     assert report.verdict.cause == "collective_mismatch"
     assert report.verdict.first_failure.rank == 0
+
+
+def test_ranks_one_seqnum_apart_are_stuck_in_one_collective_not_a_desync(write) -> None:
+    # rank 0 (the root) finished broadcast 1 and waits in allgather 2; rank 1 never finished receiving 1
+    lines = [WD.format(r=1, us=1, seq=1, op="BROADCAST", n=5056), WD.format(r=0, us=2, seq=2, op="ALLGATHER", n=1)]
+    report = logsleuth.analyze([write("train.log", "\n".join(lines) + "\n")])
+    assert report.verdict.category == "collective_timeout"
+    assert report.hang is not None and report.hang["mismatch"] is None
+
+
+def test_ranks_far_apart_on_seqnum_are_still_a_desync(write) -> None:
+    lines = [WD.format(r=r, us=r, seq=40, op="ALLREDUCE", n=4096) for r in range(3)]
+    lines.append(WD.format(r=3, us=3, seq=44, op="ALLREDUCE", n=4096))
+    report = logsleuth.analyze([write("slurm-2.out", "\n".join(lines) + "\n")])
+    assert report.hang is not None and "different collectives" in (report.hang["mismatch"] or "")
