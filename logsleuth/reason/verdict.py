@@ -417,11 +417,12 @@ def _handled(ev: pl.DataFrame) -> list[int]:
         & pl.col("message").str.contains(_PROGRESS)
         & ~pl.col("message").str.contains(SHOWN_SOURCE)
     )
-    ordinary = ev.filter(progress).group_by("file", "rank").agg(pl.col("line").max().alias("_last_ok"))
+    # the same process: a traceback whose writer is known (Ray's "(Worker pid=N)") is survived only by that pid's progress
+    ordinary = ev.filter(progress).group_by("file", "rank", "pid").agg(pl.col("line").max().alias("_last_ok"))
     tb = ev.filter((pl.col("kind") == "traceback") & pl.col("level").is_in(["error", "fatal"]))
     if tb.is_empty():
         return []
-    joined = tb.join(ordinary, on=["file", "rank"], how="left", nulls_equal=True)
+    joined = tb.join(ordinary, on=["file", "rank", "pid"], how="left", nulls_equal=True)
     ok = (pl.col("_last_ok") > pl.col("line")).fill_null(False) & (
         pl.col("rank").is_not_null() | (~pl.col("file").is_in(ranked_files) & pl.lit(not multi_rank))
     )

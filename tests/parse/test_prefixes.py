@@ -65,6 +65,9 @@ CASES = [
     ),
     ("2024-05-01T10:00:00.123Z [default0]:hello", "hello", None, None, 0, None),
     ("RuntimeError: boom", "RuntimeError: boom", None, None, None, None),
+    # Ray's worker and actor lines (the process and its node)
+    ("(WorkerDict pid=2441, ip=10.0.0.5) RuntimeError: x", "RuntimeError: x", None, None, None, None),
+    ("(pid=9468) [rank1]: ValueError: x", "ValueError: x", None, 1, None, None),
     # the Hugging Face test harness (accelerate test) labels its child's streams
     ("stderr: [E ProcessGroupNCCL.cpp:461] To avoid data inconsistency", "To avoid data inconsistency", None, None, None, "error"),
     ("stdout: [rank1]: ValueError: x", "ValueError: x", None, 1, None, None),

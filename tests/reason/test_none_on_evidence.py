@@ -302,3 +302,20 @@ def test_tracebacks_cut_after_the_ranks_timeouts_are_theirs_not_an_unknown_failu
         ),
     )
     assert report.verdict.category == "collective_timeout"
+
+
+def test_a_workers_traceback_is_not_survived_by_another_processes_progress(tmp_path: Path) -> None:
+    # Ray names the worker ("(Worker pid=N)"); the driver's progress bar after it is another process
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "(RolloutWorker pid=7301) Traceback (most recent call last):",
+                '(RolloutWorker pid=7301)   File "/opt/venv/lib/python3.11/site-packages/engine/runner.py", line 88, in step',
+                "(RolloutWorker pid=7301)     out = self.model(batch)",
+                "(RolloutWorker pid=7301) RuntimeError: CUDA error: an illegal memory access was encountered",
+                "Generating: 100%|██████████| 64/64 [00:09<00:00,  6.71it/s]",
+            ]
+        ),
+    )
+    assert report.verdict.category == "cuda_error"
