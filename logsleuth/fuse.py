@@ -32,7 +32,7 @@ import polars as pl
 
 from .classify import Fusion, Model, ModelError, Prediction, softmax
 from .parse.python import CUT_OFF
-from .reason import STRONG, Candidate, Reasoning, failure_signals
+from .reason import STRONG, Candidate, Reasoning
 
 #: What the fusion network reads per label, in column order (the last seven are the same for every label).
 #: ``proposed``: a rule candidate's category, one of the classifier's top three, none or unknown; the
@@ -203,15 +203,15 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
             out.append(replace(ruled[0], confidence=p))
             out += [replace(c, confidence=round(min(p, c.confidence) / 2, 3)) for c in behind]
         else:
-            eids = _failures(events) if label == "unknown" else [] if label == "none" else prediction.evidence.get(label, [])
+            eids = reasoning.signals[:50] if label == "unknown" else [] if label == "none" else prediction.evidence.get(label, [])
             out.append(Candidate(label, label, "primary", p, p, eids, [], _ranks(events, eids)))
     lead = out[0]
     notes = list(reasoning.notes)
     runner_up = max((probs.get(c.category, 0.0) for c in out[1:] if c.category != lead.category), default=0.0)
     unsure = (
         lead.category not in ("none", "unknown")
-        and not lead.rules
-        and (probs[lead.category] - runner_up < CLASSIFIER_MARGIN or _mute(events))
+        and not _reasoned(lead)
+        and (probs[lead.category] - runner_up < CLASSIFIER_MARGIN or _mute(events, reasoning))
     )
     if unsure:
         # the classifier alone, without a clear lead: the best cause a rule proposes speaks instead
@@ -232,11 +232,11 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
         )
         # the reasoner's own unknown candidate knows which failure came first across ranks
         own = by_category.get("unknown")
-        eids = own[0].eids if own else _failures(events)
+        eids = own[0].eids if own else reasoning.signals[:50]
         abstain = Candidate("unknown", "unknown", "primary", 0.0, round(1.0 - probs[lead.category], 3), eids, [], _ranks(events, eids))
         out = [abstain] + [c for c in out if c.category != "unknown"]
         lead = out[0]
-    elif lead.category not in ("none", "unknown") and not lead.rules:
+    elif lead.category not in ("none", "unknown") and not _reasoned(lead):
         notes.append(f"no rule recognises this failure; the verdict {lead.category} comes from the learned classifier")
     same_lead = bool(reasoning.candidates) and lead.category == reasoning.candidates[0].category
     # the reasoner placed the culprit across ranks; a lead it chose keeps that first failure
@@ -247,17 +247,18 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
     return replace(reasoning, candidates=out, first_eid=first_eid, first_failure=first, notes=notes)
 
 
-def _failures(events: pl.DataFrame) -> list[int]:
-    """Events that show a process or the job failed: the evidence of an unknown verdict."""
-    return [int(e) for e in events.with_row_index("eid").filter(failure_signals(events)).get_column("eid").head(50)]
+def _reasoned(c: Candidate) -> bool:
+    """A candidate the rules or the cross-rank reasoning (a disagreement between ranks or nodes,
+    a hang) propose, not the classifier alone."""
+    return bool(c.rules) or c.role in ("consistency", "hang")
 
 
-def _mute(events: pl.DataFrame) -> bool:
+def _mute(events: pl.DataFrame, reasoning: Reasoning) -> bool:
     """Do the failures say nothing of themselves (tracebacks cut before their exception line)?
 
     The classifier then reads only the frames and the job's other lines: a guess, not a verdict.
     """
-    failures = events.filter(failure_signals(events))
+    failures = events[reasoning.signals] if reasoning.signals else events.clear()
     return failures.height > 0 and bool((failures.get_column("message") == CUT_OFF).all())
 
 

@@ -206,3 +206,34 @@ def test_a_global_rank_that_joins_twice_in_one_output_is_a_misconfigured_world(t
     log.write_text(lines + "RuntimeError: Connection reset by peer\n")
     report = logsleuth.analyze(log)
     assert "env_misconfigured" in [c.cause for c in report.candidates]
+
+
+def test_duplicate_global_ranks_in_a_log_that_ends_joining_are_the_verdict(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-7.out"
+    log.write_text("".join(f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4\n" for r in (1, 1, 0, 0)))
+    report = logsleuth.analyze(log)
+    assert report.verdict.cause == "env_misconfigured"
+    assert "never" in report.verdict.summary
+
+
+@pytest.mark.parametrize(
+    "say",
+    [
+        "Distributed init: rank 0/2 (file:///shared/run7/init)",
+        "[2025-01-04 10:11:12,000] [INFO] [comm.py:702:mpi_discovery] Discovered MPI settings of world_rank=0, local_rank=0,"
+        " world_size=2, master_addr=10.0.0.4, master_port=29500",
+    ],
+    ids=["script-init-line", "deepspeed-mpi-discovery"],
+)
+def test_every_process_started_as_rank_0_is_a_misconfigured_world(tmp_path: Path, say: str) -> None:
+    log = tmp_path / "mpirun.out"
+    log.write_text(f"{say}\n{say}\n")
+    report = logsleuth.analyze(log)
+    assert report.verdict.cause == "env_misconfigured"
+
+
+def test_every_rank_announced_twice_is_a_restart_not_a_collision(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    attempt = "".join(f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/2\n" for r in range(2)) + "Epoch 0: 100%|██| 10/10\n"
+    log.write_text(attempt + attempt + "done\n")
+    assert logsleuth.analyze(log).verdict.category == "none"

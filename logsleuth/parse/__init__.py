@@ -18,6 +18,10 @@ from . import nccl, prefixes, python, slurm, torch
 #: Rules add their own keywords; these are what the parsers themselves need.
 KEYWORDS: tuple[str, ...] = (
     "GLOBAL_RANK",  # Lightning's process-group membership lines (parse.torch)
+    "Discovered ",  # ... DeepSpeed's
+    "Rank of current process",  # ... detectron2's
+    "init",  # ... and a script's own "Distributed init: rank 0/2"
+    "Init",
     # generic trouble words, in the case variants that occur
     "error",
     "Error",
@@ -128,8 +132,11 @@ KEYWORDS: tuple[str, ...] = (
 
 #: A process's exit status as shells, IDEs, subprocess and job tools print it on a line of its own:
 #: "exit status 1", "exited with code 139", "Process finished with exit code 1",
-#: "returned non-zero exit status 2", "exit code: -9". (Launcher and SLURM forms have their own parsers.)
-_EXIT_STATUS = r"(?i)\b(?:exit(?:ed)?(?: with)?(?: exit)? ?(?:code|status)|exitcode|non-zero exit status|return ?code)\s*[:=]?\s*(-?\d+)\b"
+#: "returned non-zero exit status 2", "exit code: -9", horovodrun's "Process 1 exit with status code 139."
+#: (Launcher and SLURM forms have their own parsers.)
+_EXIT_STATUS = (
+    r"(?i)\b(?:exit(?:ed)?(?: with)?(?: exit)? ?(?:status code|code|status)|exitcode|non-zero exit status|return ?code)\s*[:=]?\s*(-?\d+)\b"
+)
 #: Allocators that abort the process when memory runs out (Rust's std, C++ new_handler wrappers).
 _ALLOC_ABORT = r"memory allocation of \d+ bytes failed"
 

@@ -3,7 +3,11 @@
 Launchers stack prefixes on a line, outermost first: the host name pdsh and
 clush put before every remote line (DeepSpeed's multi-node launcher uses
 pdsh: ``worker-0: ``, ``10.0.0.5: ``), a platform timestamp,
-``srun --label`` (`` 3: ``, space padded), mpirun ``[1,3]<stdout>:``,
+``srun --label`` (`` 3: ``, space padded), Ray's ``(WorkerDict pid=2441, ip=10.0.0.5) `` before
+the lines of its workers and actors (the process and its node), the ``stdout: ``/``stderr: `` label the
+Hugging Face test harness (``accelerate test``, transformers' and DeepSpeed's test
+utilities: ``tee(..., label="stderr:")``) puts before its child's lines, mpirun ``[1,3]<stdout>:``
+(horovodrun's own launcher: ``[3]<stderr>:``, after a ``time.asctime()`` stamp with ``--prefix-timestamp``),
 torchrun ``--tee`` headers (``[default0]:``, local rank) and PyTorch's own
 ``[rank3]:`` (global rank, from the excepthook and c10 logging), then glog or
 Python logging headers. One anchored regex with an optional group per layer
@@ -30,7 +34,9 @@ PREFIX = (
     rf"(?:\[?(?P<ts>{_TS})\]?[ \t]+)?"
     r"(?:(?:P\d+ )?[ ]*(?P<task>\d{1,6}): )?"
     rf"(?:\[?(?P<ts2>{_TS})\]?[ \t]+)?"
-    r"(?:\[\d+,(?P<mpi_rank>\d+)\]<std(?:out|err)>:[ ]?)?"
+    r"(?:\((?:(?P<ray_who>[A-Za-z_][\w.:-]*) )?pid=(?P<ray_pid>\d+)(?:, ip=(?P<ray_ip>[\d.]+))?\) )?"
+    r"(?:std(?:out|err): )?"
+    r"(?:(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[(?:\d+,)?(?P<mpi_rank>\d+)\]<std(?:out|err)>:[ ]?)?"
     r"(?:\[(?P<role_a>[A-Za-z_][A-Za-z_-]*?)(?P<num_a>\d{1,6})\]:[ ]?)?"
     r"(?:\[(?P<role_b>[A-Za-z_][A-Za-z_-]*?)(?P<num_b>\d{1,6})\]:[ ]?)?"
     r"(?:\[rank: (?P<pl_rank>\d+)\] )?"
@@ -158,12 +164,22 @@ def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         pl.coalesce(_parse_time(iso), _parse_time(glog)).alias("time"),
         level.alias("level"),
         source.alias("source"),
-        pl.when(pl.col("gsrc").str.contains(r"\.py:\d+$")).then(pl.col("gpid").cast(pl.Int64, strict=False)).alias("pid"),
+        pl.coalesce(
+            pl.when(pl.col("gsrc").str.contains(r"\.py:\d+$")).then(pl.col("gpid").cast(pl.Int64, strict=False)),
+            pl.col("ray_pid").cast(pl.Int64, strict=False),
+        ).alias("pid"),
         where.alias("origin"),
         # a host name is a node (cut at the domain, as NCCL prints it); an address stays whole
-        pl.when(pl.col("host").str.contains(r"^\d")).then(pl.col("host")).otherwise(short_host(pl.col("host"))).alias("host"),
+        pl.when(pl.col("host").str.contains(r"^\d"))
+        .then(pl.col("host"))
+        .otherwise(short_host(pl.col("host")))
+        .fill_null(pl.col("ray_ip"))
+        .alias("host"),
         pl.concat_str(
-            [pl.col(c).fill_null("") for c in ("file", "host", "task", "mpi_rank", "role_a", "num_a", "role_b", "num_b", "pl_rank")],
+            [
+                pl.col(c).fill_null("")
+                for c in ("file", "host", "ray_pid", "task", "mpi_rank", "role_a", "num_a", "role_b", "num_b", "pl_rank")
+            ],
             separator="|",
         ).alias("stream"),
     )

@@ -38,6 +38,10 @@ _HEADER_AT_END = r"(?:^|[^:\s]\s*)" + re.escape(HEADER) + r"\s*$"
 #: Lines a traceback shows (its frames, and source lines such as ``    self.optimizer.step()`` or
 #: ``    out = func(*args)``): the words of code, not the program's output, when a traceback runs on unfolded.
 SHOWN_SOURCE = r"""^\s*File "|^\s{2,}(?:return\s+|raise\s+|await\s+)?[\w.\[\]'"]+(?:\s*[-+*/]?=\s*[\w.\[\]]+)?\("""
+#: A source line of a frame that lost its indentation to another writer (a process printing into the
+#: middle of the traceback's line): ``work = default_pg.broadcast([tensor], opts)``. Never an exception
+#: line (``Name: message``), so it does not close the traceback.
+_STRAY_SOURCE = r"""^(?:return\s+|await\s+)?[\w.\[\]'", ]+?\s*[-+*/]?=\s*[\w.\[\]]+\("""
 #: The message of a traceback whose exception line the input does not hold.
 CUT_OFF = "(traceback cut off before its exception line)"
 _LOOSE = r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(.*))?$"
@@ -76,7 +80,14 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     t = t.with_columns((pl.col("_hdr") | headless).alias("_hdr"))
     t = t.with_columns(pl.col("_hdr").cum_sum().over("stream").alias("_tb"))
     candidate = (
-        (pl.col("_tb") > 0) & ~pl.col("_hdr") & ~pl.col("_frame") & ~pl.col("_chain") & ~msg.str.contains(r"^\s") & (msg != "") & ~foreign
+        (pl.col("_tb") > 0)
+        & ~pl.col("_hdr")
+        & ~pl.col("_frame")
+        & ~pl.col("_chain")
+        & ~msg.str.contains(r"^\s")
+        & (msg != "")
+        & ~foreign
+        & ~msg.str.contains(_STRAY_SOURCE)
     )
     t = t.with_columns(candidate.cum_sum().over("stream", "_tb").alias("_n"))
     closing = candidate & (pl.col("_n") == 1)

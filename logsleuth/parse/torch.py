@@ -27,6 +27,10 @@ _CFE_SECTION = r"^\s*(Root Cause \(first observed failure\)|Failures):\s*$"
 #: Literals of the lines annotate() claims, and of the fields enrich() reads.
 TRIGGERS = (
     "GLOBAL_RANK",
+    "Discovered ",
+    "Rank of current process",
+    "init",
+    "Init",
     "what()",
     "Watchdog caught",
     "Work",
@@ -69,9 +73,28 @@ def annotate(df: pl.DataFrame) -> pl.DataFrame:
     return on_rows_with(df, TRIGGERS, _annotate)
 
 
-#: Lightning's line as each process joins the process group, every version:
-#: "initializing ddp: GLOBAL_RANK: 2, MEMBER: 3/8" (1.x), "Initializing distributed: ..." (1.6+).
-_MEMBER = r"(?i)initializing (?:ddp|distributed): GLOBAL_RANK: (\d+), MEMBER: (\d+)/(\d+)"
+#: Lines in which a process says which global rank of how large a world it is, once as it joins
+#: the group: (pattern, group of the rank, group of the world size).
+_DECLARATIONS = (
+    # Lightning, every version: "initializing ddp: GLOBAL_RANK: 2, MEMBER: 3/8" (1.x),
+    # "Initializing distributed: ..." (1.6+), "initializing deepspeed distributed: ..." (its DeepSpeed strategy)
+    (r"(?i)initializing (?:ddp|(?:deepspeed )?distributed): GLOBAL_RANK: (\d+), MEMBER: (\d+)/(\d+)", 1, 3),
+    # DeepSpeed's environment discovery (deepspeed/comm/comm.py) under mpirun, AzureML, SageMaker
+    (r"Discovered (?:MPI|AzureML|AWS SageMaker) settings of world_rank=(\d+), local_rank=\d+, world_size=(\d+)", 1, 2),
+    # detectron2's default_setup
+    (r"Rank of current process: (\d+)\. World size: (\d+)", 1, 2),
+    # a training script announcing its own init: "Distributed init: rank 0/2", "initialized rank 3 of 8",
+    # "init_process_group: rank=0, world_size=2"
+    (r"(?i)\binit\w*\b[^\d\n]{0,30}?\brank\W{1,3}(\d+)\s*(?:/|of)\s*(\d+)\b", 1, 2),
+    (r"(?i)\binit\w*\b[^\d\n]{0,30}?\brank\W{1,3}(\d+),?\s+world[_ ]size\W{1,3}(\d+)\b", 1, 2),
+)
+#: Any of them (an inline ``(?i)`` holds to the end of its group).
+_MEMBER = "|".join(f"(?:{p})" for p, _, _ in _DECLARATIONS)
+
+
+def _declared(msg: pl.Expr, which: int) -> pl.Expr:
+    """The declared rank (``which`` = 1) or world size (2) of a membership line."""
+    return pl.coalesce(*(integer(msg, p, g if which == 1 else w) for p, g, w in _DECLARATIONS))
 
 
 def _annotate(df: pl.DataFrame) -> pl.DataFrame:
@@ -84,8 +107,8 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
             "kind": pl.lit("dist_member"),
             "source": pl.lit("torch"),
             "level": pl.lit("info"),
-            "rank": integer(msg, _MEMBER).cast(pl.Int32),
-            "nranks": integer(msg, _MEMBER, 3).cast(pl.Int32),
+            "rank": _declared(msg, 1).cast(pl.Int32),
+            "nranks": _declared(msg, 2).cast(pl.Int32),
         },
     )
     is_what = msg.str.contains(_WHAT)

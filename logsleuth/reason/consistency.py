@@ -70,13 +70,17 @@ def check(events: pl.DataFrame) -> list[Finding]:
 
 
 def _membership(ev: pl.DataFrame) -> list[Finding]:
-    """What the processes' join lines (Lightning's GLOBAL_RANK/MEMBER) say about the world.
+    """What the processes' join lines (Lightning's GLOBAL_RANK/MEMBER, DeepSpeed's and detectron2's
+    rank announcements, a script's own "init: rank 0/2") say about the world.
 
-    A global rank claimed by two processes: the launcher started more processes than the
-    trainer's world (e.g. SLURM tasks vs num_nodes x devices), and they collide. Fewer
-    members than the world at the end of the log: the rest never started (a multi-node job
-    launched without srun) or never reached the group, and the joined ones wait forever."""
-    joins = ev.filter(pl.col("kind") == "dist_member")
+    A global rank claimed by two processes while another rank of the world is never claimed:
+    the processes were not given their own ranks (more processes than the trainer's world, e.g.
+    SLURM tasks vs num_nodes x devices; or mpirun starting every copy as rank 0 because the
+    script does not read the MPI rank), and they collide. (Every rank announced twice is a
+    restart, not a collision.) Fewer members than the world at the end of the log: the rest
+    never started (a multi-node job launched without srun) or never reached the group, and the
+    joined ones wait forever."""
+    joins = ev.filter((pl.col("kind") == "dist_member") & pl.col("rank").is_not_null() & pl.col("nranks").is_not_null())
     if joins.is_empty():
         return []
     out: list[Finding] = []
@@ -84,7 +88,7 @@ def _membership(ev: pl.DataFrame) -> list[Finding]:
     # the same rank twice in one file (a copy of a rank's output in another file, torchrun --tee, is no collision)
     twice = joins.group_by("file", "rank").agg(pl.len(), pl.col("eid").first()).filter(pl.col("len") > 1).sort("rank")
     joined = sorted(int(r) for r in joins.get_column("rank").unique())
-    if not twice.is_empty():
+    if not twice.is_empty() and len(joined) < world:
         ranks = sorted({int(r) for r in twice.get_column("rank")})
         out.append(
             Finding(
@@ -93,9 +97,11 @@ def _membership(ev: pl.DataFrame) -> list[Finding]:
                 nodes=[],
                 ranks=ranks,
                 eids=[int(e) for e in twice.get_column("eid")][:4],
-                summary=f"global rank(s) {_names([str(r) for r in ranks])} joined the group more than once (world {world}):"
-                " more processes were started than the trainer's world, so ranks collide (check the launcher's task count"
-                " against num_nodes x devices)",
+                summary=f"global rank(s) {_names([str(r) for r in ranks])} joined the group more than once (world {world}),"
+                f" rank(s) {_names([str(r) for r in range(world) if r not in joined][:8])} never:"
+                " the processes were not given their own ranks, so they collide (more processes started than the trainer's world,"
+                " e.g. SLURM tasks vs num_nodes x devices; or mpirun starting every copy as rank 0 when the script does not read"
+                " the MPI rank)",
                 weight=0.8,
             )
         )

@@ -221,7 +221,11 @@ def _desync(wd: pl.DataFrame, seen: pl.DataFrame, seq: int) -> tuple[str | None,
     seqs = seen.group_by("at").agg(pl.col("rank").unique().sort()).sort("at")
     # a rank reporting several SeqNums mixes process groups (old logs have no PG tag): no verdict on SeqNums then
     one_each = seen.group_by("rank").agg(pl.col("at").n_unique().alias("n")).get_column("n").max() == 1
-    if seqs.height > 1 and one_each:
+    ats = seqs.get_column("at").to_list()
+    # SeqNum N on some ranks, N+1 on the others: those completed N, which needs every rank (or, for a
+    # rooted broadcast, only the root's send): the N ranks are stuck finishing it, not in another collective
+    behind_by_one = len(ats) == 2 and ats[1] == ats[0] + 1
+    if seqs.height > 1 and one_each and not behind_by_one:
         parts = [f"SeqNum {at} on rank(s) {_short(r)}" for at, r in seqs.iter_rows()]
         return "ranks time out on different collectives: " + "; ".join(parts), _smallest(seqs.get_column("rank").to_list())
     same = wd.filter(pl.col("seq") == seq)

@@ -28,7 +28,7 @@ import polars as pl
 
 from logsleuth.events import matching
 from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
-from logsleuth.parse.python import SHOWN_SOURCE
+from logsleuth.parse.python import CUT_OFF, SHOWN_SOURCE
 from logsleuth.rulebook import RuleSet
 
 from . import consistency, hangs, timeline
@@ -52,38 +52,76 @@ FAILURE_KINDS = (
 )
 #: An event of a failure kind at error level: a process or the job failed here.
 IS_FAILURE = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
+#: The exception torchrun's launcher logs from an error file (``ERROR:...error_handler:{ "message": ...``):
+#: written when a process died of an uncaught exception (elastic's ``@record``), never for a handled one.
+LAUNCHER_ERROR_RECORD = (pl.col("kind") == "exception") & (pl.col("source") == "launcher") & (pl.col("level") == "error")
 #: Messages that end a run without being a failure in themselves (interpreter shutdown noise).
 _SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
 #: A connection being retried (c10d's client socket, NCCL's bootstrap, Gloo): as the last line
 #: of a log, the process was still trying to reach its peers when the log ends.
-_STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect returned .*retrying|Connection (?:refused|timed out).*retry"
+_STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect(?: to \S+)? returned .*retrying|Connection (?:refused|timed out).*retry"
+#: ... except an address the socket cannot use at all (c10d tries every address of the host in
+#: turn: an IPv6 one gives EINVAL or EAFNOSUPPORT, and the next one is tried), which is no retry.
+_UNUSABLE_ADDRESS = r"errno: (?:22|97)\b"
+#: A line whose own glog marker says warning or info (``[W socket.cpp:436]``, ``[W1008 23:40:22.83 socket.cpp:767]``),
+#: whatever a wrapper that labels every stderr line an error put before it.
+_GLOG_NOT_ERROR = r"\[[WI]\d{0,4}(?: [\d:.]+)?(?: \d+)? ?[\w/.-]+\.(?:cpp|cc|h|hpp):\d+\]"
+#: An NCCL error return as PyTorch (or NCCL's own API) reports it: ``NCCL error in: ...``,
+#: ``NCCL error: unhandled system error``, ``ncclSystemError: System call ...``.
+NCCL_ERROR_RETURN = r"\bNCCL error\b|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b"
 
 
-def failure_signals(events: pl.DataFrame) -> pl.Series:
+def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> pl.Series:
     """Per event: does it show that something failed, whether or not a rule explains it?
 
     A job reads as ``none`` only when no event does. Besides the failure kinds
     (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
-    line of its own, an NCCL error return (``init.cc:1234 -> 2``), a fatal line
-    (an allocator abort), an error line that ends its file (a log cut right
+    line of its own, an NCCL error return (``init.cc:1234 -> 2``, or PyTorch's
+    ``NCCL error: unhandled system error`` / ``ncclSystemError: ...``), the error
+    record torchrun's launcher logs for an exception (its error-file JSON), a fatal
+    line (an allocator abort), an error line that ends its file (a log cut right
     after its error), a connection still retried when its log ends, and a log that ends
-    while processes are still joining the group (fewer members than its world) all count. (A traceback cut before its exception line is
-    already a traceback event: parse.python folds it.)
+    while processes are still joining the group (fewer members than its world) all count.
+    With the rule ``hits`` at hand, an NCCL WARN that no rule knows (not even as harmless
+    context) counts too: NCCL warns just before it returns an error. (A traceback cut
+    before its exception line is already a traceback event: parse.python folds it.)
     """
     if events.is_empty():
         return pl.Series("failure", [], dtype=pl.Boolean)
-    kind, level = pl.col("kind"), pl.col("level")
+    kind, level, msg = pl.col("kind"), pl.col("level"), pl.col("message")
     last = pl.col("line") == pl.col("line").max().over("file")
     members = pl.col("rank").filter(kind == "dist_member").n_unique()  # over every file: a rank may write its own
     still_joining = last & (kind == "dist_member") & (members < pl.col("nranks"))
     ends_in_error = still_joining | last & (
-        (kind.is_in(["line", "exception"]) & (level == "error") & ~pl.col("message").str.contains(_SHUTDOWN_NOISE).fill_null(False))
-        | (kind.is_in(["line", "nccl_info", "nccl_warn"]) & pl.col("message").str.contains(_STILL_CONNECTING).fill_null(False))
+        (
+            kind.is_in(["line", "exception"])
+            & (level == "error")
+            & ~msg.str.contains(_SHUTDOWN_NOISE).fill_null(False)
+            & ~msg.str.contains(_GLOG_NOT_ERROR).fill_null(False)
+        )
+        | (
+            kind.is_in(["line", "nccl_info", "nccl_warn"])
+            & msg.str.contains(_STILL_CONNECTING).fill_null(False)
+            & ~msg.str.contains(_UNUSABLE_ADDRESS).fill_null(False)
+        )
     )
+    nccl_error = level.is_in(["error", "fatal"]) & msg.str.contains(NCCL_ERROR_RETURN).fill_null(False)
     signal = (
-        IS_FAILURE | (kind.is_in(["nccl_unwind", "line"]) & (pl.col("exit_code").fill_null(0) != 0)) | (level == "fatal") | ends_in_error
+        IS_FAILURE
+        | (kind.is_in(["nccl_unwind", "line"]) & (pl.col("exit_code").fill_null(0) != 0))
+        | (level == "fatal")
+        | ends_in_error
+        | nccl_error
+        | LAUNCHER_ERROR_RECORD
     )
-    return events.select(signal.fill_null(False).alias("failure")).to_series()
+    out = events.select(signal.fill_null(False).alias("failure")).to_series()
+    if hits is not None:
+        known = hits.get_column("eid").unique().implode()
+        unknown_warn = (
+            events.with_row_index("eid").select(((kind == "nccl_warn") & ~pl.col("eid").is_in(known)).fill_null(False)).to_series()
+        )
+        out = (out | unknown_warn).alias("failure")
+    return out
 
 
 #: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
@@ -188,6 +226,7 @@ class Reasoning:
     ordering_note: str = ""
     offsets: dict[str, float] = field(default_factory=dict)
     handled: list[int] = field(default_factory=list)  # exceptions the process survived (events it kept working after)
+    signals: list[int] = field(default_factory=list)  # events that show a failure, explained or not (failure_signals)
 
 
 def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
@@ -198,8 +237,9 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     focus = ev.join(best, on="eid", how="left").filter(IS_FAILURE | (pl.col("hit_role").is_not_null() & (pl.col("hit_role") != "context")))
     tl = timeline.build(events, focus.get_column("eid"))
     ev = ev.join(tl.order, on="eid", how="left").join(best, on="eid", how="left")
-    ev = _read_exits(ev, events)
+    ev = _read_exits(_still_retrying(ev), events)
     handled: list[int] = []
+    signal = failure_signals(events, hits)
     if _launcher_saw_no_failure(ev):
         # an error the job survived (a caught, logged exception): the launcher reported no death
         ev = ev.with_columns(pl.lit(False).alias("unexplained"), (pl.col("role") == "primary").fill_null(False).alias("own"))
@@ -219,7 +259,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
                 pl.col("unexplained") & ~pl.col("eid").is_in(handled),
                 pl.col("own") & ~pl.col("eid").is_in(handled),
             )
-        live = failure_signals(events) & ~events.with_row_index("eid").get_column("eid").is_in(handled)
+        live = signal & ~events.with_row_index("eid").get_column("eid").is_in(handled)
         failed = bool(live.any()) or bool(best.filter((pl.col("hit_role") != "context") & ~pl.col("eid").is_in(handled)).height)
 
     attributed = _attributed(ev, events)
@@ -235,7 +275,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         lead = _refine(lead, candidates, ev, events, hang, rules, notes)
         # a hang candidate absorbs the rule candidate of the same cause it was built from
         candidates = [lead] + [c for c in candidates if c is not lead and not (lead.role == "hang" and c.cause == lead.cause)]
-    candidates = _with_findings(candidates, findings, hang, ev, rules)
+    candidates = _with_findings(candidates, findings, hang, ev, rules, failed)
     candidates = _hardware_first(candidates, ev, notes)
     candidates = _init_file_first(candidates, ev, rules, notes)
     if candidates:
@@ -274,7 +314,28 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         ordering_note=tl.note,
         offsets=tl.offsets,
         handled=handled,
+        signals=[int(e) for e in signal.arg_true().to_list() if e not in handled],
     )
+
+
+def _still_retrying(ev: pl.DataFrame) -> pl.DataFrame:
+    """A connection a rule knows as a retry (context: c10d's or NCCL's "failed to connect ...,
+    retrying") that is still being retried when its log ends: the process never reached its
+    peer, so the retries of that file are its failure (a weak primary: any stronger failure wins)."""
+    msg = pl.col("message")
+    last = pl.col("line") == pl.col("line").max().over("file")
+    retrying = (
+        last
+        & (pl.col("hit_role") == "context")
+        & msg.str.contains(_STILL_CONNECTING).fill_null(False)
+        & ~msg.str.contains(_UNUSABLE_ADDRESS).fill_null(False)
+    )
+    ended = ev.filter(retrying.fill_null(False)).select("file", "rule").unique()
+    if ended.is_empty():
+        return ev
+    same = ev.select("file", "rule").join(ended.with_columns(pl.lit(True).alias("_r")), on=["file", "rule"], how="left")
+    promote = same.get_column("_r").fill_null(False) & (ev.get_column("hit_role") == "context").fill_null(False)
+    return ev.with_columns(pl.when(promote).then(pl.lit("primary")).otherwise(pl.col("hit_role")).alias("hit_role"))
 
 
 #: Verdicts that say how a job was ended from outside, not why it stopped making progress:
@@ -313,13 +374,14 @@ def _stalled_by_progress(events: pl.DataFrame, ranks: list[RankState], notes: li
 
 #: Launcher reports of a death: any of them means the job did fail.
 _DEATH_REPORTS = (*EXIT_KINDS, "slurm_cancel", "slurm_oom", "slurm_failed", "slurm_memory_error", "slurm_node_failure", "watchdog_timeout")
+_DIED = pl.col("kind").is_in(_DEATH_REPORTS) | LAUNCHER_ERROR_RECORD
 
 
 def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
     """The launcher's own output is in the inputs (torchrun's log lines, srun's labels) and it
     reported no worker's death: errors printed along the way were survived."""
     present = ev.filter((pl.col("source") == "launcher") | pl.col("task").is_not_null()).height > 0
-    if not present or not ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty():
+    if not present or not ev.filter(_DIED).is_empty():
         return False
     # and every file went on with ordinary output after its last error (a cut-off log did not)
     ordinary = (pl.col("kind") == "line") & (pl.col("level") == "info")
@@ -343,7 +405,7 @@ def _handled(ev: pl.DataFrame) -> list[int]:
     Where several ranks write to one file without rank prefixes, an unranked traceback
     cannot be tied to the process that kept printing, so it is never read as handled.
     """
-    if not ev.filter(pl.col("kind").is_in(_DEATH_REPORTS)).is_empty():
+    if not ev.filter(_DIED).is_empty():
         return []
     # a join line names its rank, but says nothing about who wrote the unprefixed lines around it
     said = ev.filter(pl.col("rank").is_not_null() & (pl.col("kind") != "dist_member"))
@@ -355,11 +417,12 @@ def _handled(ev: pl.DataFrame) -> list[int]:
         & pl.col("message").str.contains(_PROGRESS)
         & ~pl.col("message").str.contains(SHOWN_SOURCE)
     )
-    ordinary = ev.filter(progress).group_by("file", "rank").agg(pl.col("line").max().alias("_last_ok"))
+    # the same process: a traceback whose writer is known (Ray's "(Worker pid=N)") is survived only by that pid's progress
+    ordinary = ev.filter(progress).group_by("file", "rank", "pid").agg(pl.col("line").max().alias("_last_ok"))
     tb = ev.filter((pl.col("kind") == "traceback") & pl.col("level").is_in(["error", "fatal"]))
     if tb.is_empty():
         return []
-    joined = tb.join(ordinary, on=["file", "rank"], how="left", nulls_equal=True)
+    joined = tb.join(ordinary, on=["file", "rank", "pid"], how="left", nulls_equal=True)
     ok = (pl.col("_last_ok") > pl.col("line")).fill_null(False) & (
         pl.col("rank").is_not_null() | (~pl.col("file").is_in(ranked_files) & pl.lit(not multi_rank))
     )
@@ -477,7 +540,11 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     ev = ev.with_columns(why.alias("why"), role.alias("role"))
     ev = _late_cancellations(ev)
     quiet_rank = ~pl.col("_conseq").fill_null(False) & ~pl.col("_primary").fill_null(False)
-    unexplained = IS_FAILURE & pl.col("role").is_null() & pl.col("why").is_null() & quiet_rank
+    # a traceback cut before its exception line says nothing of its own; printed after lines a rule
+    # explains, it is one of theirs (a victim's traceback, the launcher's), not another failure
+    explained = ev.filter(pl.col("role").is_in(["primary", "consequence"]) & pl.col("why").is_null()).get_column("pos").min()
+    mute_after = (pl.col("message") == CUT_OFF) & (pl.col("pos") > explained) if explained is not None else pl.lit(False)
+    unexplained = IS_FAILURE & pl.col("role").is_null() & pl.col("why").is_null() & quiet_rank & ~mute_after
     return ev.with_columns(
         unexplained.alias("unexplained"),
         ((pl.col("role") == "primary").fill_null(False) | unexplained).alias("own"),
@@ -585,6 +652,9 @@ def _refine(
     - victims of a vanished peer: the rank that left the job without an error;
     - ranks that failed the same way at the same moment: the lowest of them.
     """
+    split = _split_wait(lead, cands, ev, rules)
+    if split is not None:
+        return split
     if lead.category in hangs.WAITING and lead.role != "hang" and hang is not None and hang.hung:
         return _hang_candidate(cands, ev, hang, rules, cause=lead.cause)
     if lead.cause == "unknown" and hang is not None and hang.hung:
@@ -619,6 +689,47 @@ def _refine(
         if tied is not None:
             lead.first = _rank_first(ev, tied, among=lead.eids)
     return lead
+
+
+def _split_wait(lead: Candidate, cands: list[Candidate], ev: pl.DataFrame, rules: RuleSet) -> Candidate | None:
+    """Some ranks timed out waiting in the store (forming a new process group: ``new_group``, the
+    DETAIL wrapper's helper group) while the other ranks timed out inside a collective: the ranks
+    were in different operations. A collective runs on a group that formed already, so the ranks in
+    the store were creating a group the others never asked for: they issued different collectives
+    (new_group must be called by every rank, in the same order as their other collectives)."""
+    if lead.role == "hang" or rules.category(lead.cause) != "rendezvous_timeout":
+        return None
+    lines = ev.filter(pl.col("eid").is_in(lead.eids))
+    in_store = set(lines.filter(hangs.is_store_wait(pl.col("message"))).get_column("rank").drop_nulls().to_list())
+    in_op = (
+        (pl.col("category") == "collective_timeout")
+        | pl.col("kind").is_in(["watchdog_timeout", "gloo_timeout"])
+        | pl.col("message").str.contains("monitoredBarrier").fill_null(False)  # the barrier DETAIL runs before a collective
+    )
+    waiting = ev.filter(in_op & pl.col("rank").is_not_null() & ~pl.col("rank").is_in(list(in_store)))
+    in_collective = set(waiting.get_column("rank").to_list())
+    if not in_store or not in_collective:
+        return None
+    base = next((c for c in cands if c.category == "collective_mismatch"), None)
+    first = sorted(in_store)[0]
+    return Candidate(
+        cause=base.cause if base is not None else "collective_mismatch",
+        category=rules.category("collective_mismatch"),
+        role="primary",
+        weight=0.75,
+        confidence=0.0,
+        eids=list(
+            dict.fromkeys([*(int(e) for e in lines.get_column("eid")), *(int(e) for e in waiting.sort("pos").get_column("eid").head(2))])
+        ),
+        rules=sorted({*lead.rules, *(base.rules if base is not None else [])}),
+        ranks=sorted(in_store | in_collective),
+        nodes=list(lead.nodes),
+        summary=(
+            f"Rank {_rank_list(sorted(in_store))} timed out in the store creating a process group while rank"
+            f" {_rank_list(sorted(in_collective))} timed out in a collective: the ranks called different collectives"
+        ),
+        first=_rank_first(ev, first),
+    )
 
 
 def _mismatch_candidate(ev: pl.DataFrame, rules: RuleSet, odd: list[int], why: str) -> Candidate:
@@ -763,16 +874,22 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
 
 
 def _with_findings(
-    cands: list[Candidate], findings: list[consistency.Finding], hang: hangs.Hang | None, ev: pl.DataFrame, rules: RuleSet
+    cands: list[Candidate],
+    findings: list[consistency.Finding],
+    hang: hangs.Hang | None,
+    ev: pl.DataFrame,
+    rules: RuleSet,
+    signalled: bool = False,
 ) -> list[Candidate]:
     """Add disagreements between nodes as candidates; one leads when it explains a symptom-only
-    verdict or a failure no rule explains."""
+    verdict or a failure no rule explains (``signalled``: some line shows the job failed, see
+    failure_signals, e.g. a log that ends while processes are still joining)."""
     if not findings:
         return cands
     lead = cands[0] if cands else None
     progressed = hang is not None and hang.seq is not None and hang.seq > PROGRESS_SEQ
     named_culprit = lead is not None and lead.role == "hang" and bool(hang and hang.hung)
-    failed = bool(ev.filter(IS_FAILURE).height) or lead is not None or any(f.shows_failure for f in findings)
+    failed = signalled or bool(ev.filter(IS_FAILURE).height) or lead is not None or any(f.shows_failure for f in findings)
     extra: list[Candidate] = []
     promoted: Candidate | None = None
     absorbed: Candidate | None = None

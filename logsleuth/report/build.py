@@ -11,7 +11,7 @@ import polars as pl
 
 from logsleuth.hostlist import collect_ranges
 from logsleuth.ingest import InputInfo
-from logsleuth.reason import EVIDENCE_LIMIT, Candidate, Reasoning, failure_signals
+from logsleuth.reason import EVIDENCE_LIMIT, Candidate, Reasoning
 from logsleuth.rulebook import Rule, RuleSet
 from logsleuth.taxonomy import TAXONOMY
 
@@ -205,7 +205,7 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
     if lead is not None:
         failures = lead.eids
     else:
-        failures = events.with_row_index("eid").filter(failure_signals(events)).get_column("eid").to_list()
+        failures = list(reasoning.signals)
     if lead is not None and lead.category in ("none", "unknown"):
         category = lead.category
     else:

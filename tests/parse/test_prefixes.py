@@ -18,6 +18,9 @@ CASES = [
     # torchrun --role rank --tee 3 writes the *local* rank; stacked with PyTorch's global one
     ("[rank1]:[rank9]: ValueError: x", "ValueError: x", None, 9, 1, None),
     ("[1,3]<stderr>:RuntimeError: x", "RuntimeError: x", None, 3, None, None),
+    # horovodrun's own launcher (gloo mode), with its time.asctime() stamp
+    ("Wed Mar  5 09:14:02 2025[2]<stderr>:Segmentation fault (core dumped)", "Segmentation fault (core dumped)", None, 2, None, None),
+    ("[0]<stdout>:epoch 1 done", "epoch 1 done", None, 0, None, None),
     ("[rank: 2] Epoch 0", "Epoch 0", None, 2, None, None),
     (
         "[rank0]:[E502 11:59:03.123 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout",
@@ -62,6 +65,12 @@ CASES = [
     ),
     ("2024-05-01T10:00:00.123Z [default0]:hello", "hello", None, None, 0, None),
     ("RuntimeError: boom", "RuntimeError: boom", None, None, None, None),
+    # Ray's worker and actor lines (the process and its node)
+    ("(WorkerDict pid=2441, ip=10.0.0.5) RuntimeError: x", "RuntimeError: x", None, None, None, None),
+    ("(pid=9468) [rank1]: ValueError: x", "ValueError: x", None, 1, None, None),
+    # the Hugging Face test harness (accelerate test) labels its child's streams
+    ("stderr: [E ProcessGroupNCCL.cpp:461] To avoid data inconsistency", "To avoid data inconsistency", None, None, None, "error"),
+    ("stdout: [rank1]: ValueError: x", "ValueError: x", None, 1, None, None),
 ]
 
 

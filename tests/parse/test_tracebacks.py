@@ -151,3 +151,15 @@ def test_json_message_that_is_not_an_exception_stays_a_line() -> None:
         """
     )
     assert ev.filter(pl.col("kind") == "exception").is_empty()
+
+
+def test_a_source_line_that_lost_its_indent_to_another_writer_does_not_close_the_traceback() -> None:
+    ev = events_of(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.8/site-packages/torch/distributed/distributed_c10d.py", line 1400, in broadcast\n'
+        "    [E ProcessGroupNCCL.cpp:821] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST)\n"
+        "work = default_pg.broadcast([tensor], opts)\n"
+        "RuntimeError: NCCL communicator was aborted on rank 2.\n"
+    )
+    tbs = ev.filter(pl.col("kind") == "traceback")
+    assert tbs["exc_type"].to_list() == ["RuntimeError"]

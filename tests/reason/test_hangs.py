@@ -112,3 +112,48 @@ def test_silent_ranks_outnumbering_the_timed_out_are_not_all_called_hung(write) 
     report = logsleuth.analyze([write("slurm-3.out", "\n".join(lines) + "\n")])
     assert report.hang is not None and report.hang["hung"] == [] and report.hang["timed_out"] == [0, 1]
     assert report.verdict.category == "collective_timeout"
+
+
+def test_a_rank_waiting_in_the_store_for_a_new_group_while_the_others_wait_in_a_collective_is_a_mismatch(tmp_path) -> None:
+    barrier = (
+        "[rank{r}]:[E305 11:02:07.512000000 ProcessGroupGloo.cpp:143] Rank {r} successfully reached monitoredBarrier,"
+        " but received errors while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank."
+    )
+    lines = [
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4301, in new_group',
+        "[rank0]:     pg, pg_store = _new_process_group_helper(",
+        "[rank0]: torch.distributed.DistStoreError: wait timeout after 600000ms, keys: //worker/attempt_0/default_pg/0//5//cuda//pg_wrapper:5/0/1",
+        *(barrier.format(r=r) for r in (1, 2)),
+    ]
+    for r in (1, 2):
+        lines += [
+            f"[rank{r}]: Traceback (most recent call last):",
+            f'[rank{r}]:   File "/home/user/proj/train.py", line 210, in <module>',
+            f'[rank{r}]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2421, in broadcast',
+            f"[rank{r}]:     work = group.broadcast([tensor], opts)",
+            f"[rank{r}]: RuntimeError: Rank {r} successfully reached monitoredBarrier, but received errors while waiting for send/recv"
+            " from rank 0. Please check rank 0 logs for faulty rank.",
+            f"[rank{r}]:  Original exception: ",
+            f"[rank{r}]: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:133] Timed out waiting 600000ms for send operation to complete",
+        ]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    report = logsleuth.analyze(log)
+    assert report.verdict.cause == "collective_mismatch"
+    assert report.verdict.first_failure.rank == 0
+
+
+def test_ranks_one_seqnum_apart_are_stuck_in_one_collective_not_a_desync(write) -> None:
+    # rank 0 (the root) finished broadcast 1 and waits in allgather 2; rank 1 never finished receiving 1
+    lines = [WD.format(r=1, us=1, seq=1, op="BROADCAST", n=5056), WD.format(r=0, us=2, seq=2, op="ALLGATHER", n=1)]
+    report = logsleuth.analyze([write("train.log", "\n".join(lines) + "\n")])
+    assert report.verdict.category == "collective_timeout"
+    assert report.hang is not None and report.hang["mismatch"] is None
+
+
+def test_ranks_far_apart_on_seqnum_are_still_a_desync(write) -> None:
+    lines = [WD.format(r=r, us=r, seq=40, op="ALLREDUCE", n=4096) for r in range(3)]
+    lines.append(WD.format(r=3, us=3, seq=44, op="ALLREDUCE", n=4096))
+    report = logsleuth.analyze([write("slurm-2.out", "\n".join(lines) + "\n")])
+    assert report.hang is not None and "different collectives" in (report.hang["mismatch"] or "")

@@ -177,3 +177,145 @@ def test_a_survived_exception_teed_to_the_ranks_stderr_file_is_still_survived(tm
     (rank0 / "stdout.log").write_text("\n".join(steps) + "\n")
     report = logsleuth.analyze([str(tmp_path / "console.log"), str(rank0 / "stderr.log"), str(rank0 / "stdout.log")])
     assert report.verdict.category == "none"
+
+
+def test_an_nccl_error_pytorch_reports_is_a_failure_even_mid_log(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "Collective WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=600000) raised the following"
+                " async exception: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+                "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+                "Last error:",
+                "",
+                "Exception raised from checkForNCCLErrorsInternal at /src/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1987",
+                "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57",
+            ]
+        ),
+    )
+    assert report.verdict.category != "none"
+    assert any("NCCL error" in e.text or "ncclSystemError" in e.text for e in report.verdict.evidence)
+
+
+def test_the_launchers_error_record_is_a_failure_though_the_log_goes_on(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "ERROR:torch.distributed.elastic.multiprocessing.errors.error_handler:{",
+                '  "message": {',
+                '    "message": "OverflowError: cannot convert float infinity to integer",',
+                '    "extraInfo": {',
+                '      "py_callstack": "Traceback (most recent call last): ...",',
+                '      "timestamp": "1700000000"',
+                "    }",
+                "  }",
+                "}",
+            ]
+        ),
+    )
+    assert report.verdict.category != "none"
+
+
+def test_an_nccl_warn_no_rule_knows_is_a_failure(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "gpu-a01:2081:2081 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                "gpu-a01:2081:2133 [0] misc/frobnicate.cc:88 NCCL WARN Could not frobnicate the widget 3",
+                *(f"epoch 1 | step {s} | loss 1.2" for s in (10, 20)),
+            ]
+        ),
+    )
+    assert report.verdict.category == "unknown"
+    assert any("frobnicate" in e.text for e in report.verdict.evidence)
+
+
+def test_an_nccl_warn_known_to_be_harmless_leaves_a_clean_run_clean(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "gpu-a01:2081:2081 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                "gpu-a01:2081:2081 [0] NCCL WARN Failed to open libibverbs.so[.1]",
+                "gpu-a01:2081:2081 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
+                _PROGRESS,
+                "training done",
+            ]
+        ),
+    )
+    assert report.verdict.category == "none"
+
+
+def test_a_log_that_ends_while_a_connection_is_still_retried_names_the_unreachable_peer(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            f"gpu-e02:{pid}:{pid + 40} [{d}] NCCL INFO Call to connect returned Connection refused, retrying"
+            for pid, d in ((31, 0), (33, 1)) * 4
+        ),
+    )
+    assert report.verdict.category == "master_unreachable"
+
+
+def test_an_address_the_store_cannot_use_is_no_retry_and_a_clean_run_stays_clean(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "GPU available: True (cuda), used: True",
+                *["[W socket.cpp:601] [c10d] The client socket has failed to connect to [gpu-n01]:29512 (errno: 22 - Invalid argument)."]
+                * 3,
+            ]
+        ),
+    )
+    assert report.verdict.category == "none"
+
+
+def test_a_warning_wrapped_as_an_error_by_a_log_collector_is_still_a_warning(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "2025-03-02 10:00:01.250000+00:00 Error From gpu-n01: [W socket.cpp:436] [c10d] The server socket cannot be initialized"
+        " on [::]:29512 (errno: 97 - Address family not supported by protocol).",
+    )
+    assert report.verdict.category == "none"
+
+
+def test_tracebacks_cut_after_the_ranks_timeouts_are_theirs_not_an_unknown_failure(tmp_path: Path) -> None:
+    watchdog = (
+        "[E ProcessGroupNCCL.cpp:828] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=512,"
+        " OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800950 milliseconds before timing out."
+    )
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                *(watchdog.format(r=r) for r in (1, 2)),
+                "Traceback (most recent call last):",
+                '  File "/home/user/run/train.py", line 6, in <module>',
+                "Traceback (most recent call last):",
+                '  File "/home/user/run/train.py", line 6, in <module>',
+                "    trainer.train()",
+            ]
+        ),
+    )
+    assert report.verdict.category == "collective_timeout"
+
+
+def test_a_workers_traceback_is_not_survived_by_another_processes_progress(tmp_path: Path) -> None:
+    # Ray names the worker ("(Worker pid=N)"); the driver's progress bar after it is another process
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "(RolloutWorker pid=7301) Traceback (most recent call last):",
+                '(RolloutWorker pid=7301)   File "/opt/venv/lib/python3.11/site-packages/engine/runner.py", line 88, in step',
+                "(RolloutWorker pid=7301)     out = self.model(batch)",
+                "(RolloutWorker pid=7301) RuntimeError: CUDA error: an illegal memory access was encountered",
+                "Generating: 100%|██████████| 64/64 [00:09<00:00,  6.71it/s]",
+            ]
+        ),
+    )
+    assert report.verdict.category == "cuda_error"
