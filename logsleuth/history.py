@@ -857,7 +857,7 @@ def _compact_round(folder: Path, limit: int) -> tuple[int, list[str], bool, list
             return 0, problems, False, []
         walls = [s.shape.span or (_MIN, _MAX) for s in [*stay, *(s for s in pulled if s.failed)]]
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-        small = pl.concat(rows).sort(_ORDER, maintain_order=True)
+        small = pl.concat(rows)
         for i, which in enumerate(_ranges(pl.concat(times), walls, limit)):
             part = _part(small, [s for s in merged if s.big], which)
             if part.height:
@@ -946,8 +946,9 @@ def _part(small: pl.DataFrame, big: list[_Source], which: tuple[int, int] | None
     frames = [small.filter(where).select(*names, _ORDER)]
     for s in big:
         frames.append(_lazy(s, names).filter(where).with_columns(pl.lit(s.order, pl.UInt32).alias(_ORDER)).collect(engine="streaming"))
-    rows = pl.concat(frames).sort(_ORDER, maintain_order=True)
-    return rows.filter(pl.col("id").is_null() | pl.struct("id", WRITER).is_first_distinct()).select(names)
+    rows = pl.concat(frames, rechunk=False).select(names)  # which copy of a verdict stays does not matter
+    once = rows.select(pl.col("id").is_null() | pl.struct("id", WRITER).is_first_distinct()).to_series()
+    return rows if once.all() else rows.filter(once)  # copied only when a verdict is there twice
 
 
 @contextlib.contextmanager
