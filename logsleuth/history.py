@@ -249,7 +249,7 @@ class Limits:
 #: Another user's file. ``append`` writes one row: about 6 KiB on disk that decode to a few KiB.
 FOREIGN_LIMITS = Limits(file_bytes=1 << 20, rows=256, decoded=16 << 20)
 #: A file owned by root or by the reader (a compacted store): bounds against accidents, not attacks. A store
-#: compacted by an older logsleuth is one file; 10 million verdicts made a 550 MB file that may decode to 6 GiB.
+#: compacted by an older logsleuth is one file; 10 million verdicts make one of 530 MB that decodes to 5.2 GiB.
 OWN_LIMITS = Limits(file_bytes=16 << 30, rows=100_000_000, decoded=64 << 30)
 #: What the files of other users may take (bytes read + bytes they may decode to), per user and together;
 #: past it, the rest wait for a compaction (one user's many files cannot crowd out the others').
@@ -273,6 +273,7 @@ SUMMARY_COLUMNS = ("time", "category", "cause", "nodes")
 #: The columns :func:`node_jobs` needs.
 NODE_COLUMNS = ("time", "job", "category", "cause", "first_rank", "first_node", "nodes", "confidence", "summary")
 _ORDER, _ROW = "_src", "_row"  # a row's file (its place in name order) and its place in that file
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -323,9 +324,6 @@ class Scanned:
                 for i in reversed(bad):
                     self.problems.append(f"{self.parts.pop(i).path}: unreadable (it fails to decode); skipped")
                 self.problems[:] = _capped(self.problems)
-
-
-_T = TypeVar("_T")
 
 
 def _decodes(lf: pl.LazyFrame) -> bool:
@@ -595,7 +593,7 @@ def _assemble(sources: list[_Source], names: list[str]) -> Scanned:
                 problems.append(f"{s.path}: unreadable (its schema); skipped")
                 continue
             big.append(s)
-    candidates = [small.select(_ORDER, pl.int_range(pl.len(), dtype=pl.UInt32).alias(_ROW), "id", WRITER)]
+    candidates = [small.select(pl.lit(True).alias("_small"), _ORDER, pl.int_range(pl.len(), dtype=pl.UInt32).alias(_ROW), "id", WRITER)]
     times = small.get_column("time").drop_nulls().unique().sort()
     zone = _overlaps([s.shape.span or (_MIN, _MAX) for s in big])
     for s in list(big):
@@ -608,8 +606,9 @@ def _assemble(sources: list[_Source], names: list[str]) -> Scanned:
             problems.append(f"{s.path}: unreadable (it fails to decode); skipped")
             big.remove(s)
             continue
-        candidates.append(rows.select(pl.lit(s.order, pl.UInt32).alias(_ORDER), _ROW, "id", WRITER))
-    seen = pl.concat(candidates).sort(_ORDER, _ROW)
+        candidates.append(rows.select(pl.lit(False).alias("_small"), pl.lit(s.order, pl.UInt32).alias(_ORDER), _ROW, "id", WRITER))
+    # of two copies the big file's stays (it keeps its stored summary), else the first by name
+    seen = pl.concat(candidates).sort("_small", _ORDER, _ROW)
     twice = seen.filter(~(pl.col("id").is_null() | pl.struct("id", WRITER).is_first_distinct()))
     drops: dict[int, pl.Series] = {o: g.get_column(_ROW) for (o,), g in twice.partition_by(_ORDER, as_dict=True).items()}
     small_drop = twice.filter(pl.col(_ORDER).is_in([s.order for s in sources if not s.big])).get_column(_ROW)
@@ -943,10 +942,9 @@ def _part(small: pl.DataFrame, big: list[_Source], which: tuple[int, int] | None
         if high != _MAX:
             where &= t < _moment(high)
     names = list(TABLE_SCHEMA)
-    frames = [small.filter(where).select(*names, _ORDER)]
-    for s in big:
-        frames.append(_lazy(s, names).filter(where).with_columns(pl.lit(s.order, pl.UInt32).alias(_ORDER)).collect(engine="streaming"))
-    rows = pl.concat(frames, rechunk=False).select(names)  # which copy of a verdict stays does not matter
+    frames = [small.filter(where).select(names)]
+    frames += [_lazy(s, names).filter(where).collect(engine="streaming") for s in big]
+    rows = pl.concat(frames, rechunk=False)  # which copy of a verdict stays does not matter: they are the same
     once = rows.select(pl.col("id").is_null() | pl.struct("id", WRITER).is_first_distinct()).to_series()
     return rows if once.all() else rows.filter(once)  # copied only when a verdict is there twice
 

@@ -316,6 +316,8 @@ def test_a_verdict_in_a_big_file_and_in_a_small_one_counts_once(tmp_path: Path) 
         m.setattr(history, "BIG_FILE_BYTES", merged.stat().st_size - 1)
         assert load(tmp_path).table.height == 79
         assert summarize(load(tmp_path).table)["verdicts"] == 79
+        with history.scan(tmp_path, columns=history.SUMMARY_COLUMNS) as got:  # the copies left out: the small files'
+            assert len(got.parts) == 1 and got.parts[0].stored is not None and got.small.height == 0
     assert load(tmp_path).table.height == 79  # all of them big
 
 
