@@ -1318,8 +1318,11 @@ def render_terminal(summary: dict[str, Any], *, store: str, color: bool = True, 
         console.print(nodes)
     week = s.get("this_week")
     if week and week["causes"]:
-        title = f"This week against the week before (7 days to {week['to']}): {week['failures']} failures, {week['last_week']} before"
-        recent = Table(title=title, title_justify="left", header_style="bold", box=None, pad_edge=False)
+        console.print(
+            f"[bold]This week against the week before[/] (the 7 days to {week['to']}):"
+            f" {week['failures']} failures, {week['last_week']} the week before"
+        )
+        recent = Table(header_style="bold", box=None, pad_edge=False)
         for col in ("cause", "category", "this week", "week before", ""):
             recent.add_column(col, justify="right" if col in ("this week", "week before") else "left")
         for c in week["causes"]:
