@@ -2,7 +2,7 @@
 
 Generates a store of ``--rows`` verdicts (default 10 million) as a cluster's epilogs and
 `logsleuth history --compact` leave it: a year of failures of 2,000 nodes, a few of them bad
-and failing again and again, 21 causes in a realistic mix, 400 users (a few run most jobs),
+and failing again and again, 22 causes in a realistic mix (one of them new in the last days), 400 users (a few run most jobs),
 jobs with their ranks, inputs and summaries; most verdicts in the files ``compact`` writes, the
 newest ``--singles`` as the one-row files the epilog writes between compactions (given to their
 users when this runs as root, so they are read as other users' files, page headers checked).
@@ -71,7 +71,10 @@ CAUSES: list[tuple[str, str, float, str]] = [
     ("master_unreachable", "master_unreachable", 0.01, "connect to MASTER_ADDR:29500 refused"),
     ("port_in_use", "port_in_use", 0.01, "EADDRINUSE: the rendezvous port is taken"),
     ("ddp_usage_error", "ddp_usage_error", 0.01, "DDP: expected to have finished reduction in the prior iteration"),
+    ("nccl_wrong_interface", "nccl_wrong_interface", 0.0, "NCCL bound docker0: no route to the peers"),  # see NEW
 ]
+#: A cause first seen in the last days (an image update broke NCCL's interface choice): ``history`` marks it new.
+NEW, NEW_DAYS, NEW_SHARE = "nccl_wrong_interface", 5, 0.02
 #: The nodes that keep failing, and with what: a share of those causes' verdicts lands on them.
 BAD_NODES = {"gpu0412": "gpu_hardware_fault", "gpu1207": "nccl_ib_error", "gpu1730": "host_memory_error", "gpu0088": "nccl_ib_error"}
 BAD_SHARE = 0.1
@@ -98,6 +101,7 @@ def verdicts(n: int, *, end: datetime, days: int = 365, seed: int = 16) -> pl.Da
     width = rng.choice([1, 2, 4], size=n, p=[0.7, 0.2, 0.1])  # nodes implicated: the first failure's, and failed ranks'
     others = rng.integers(1, NODES, size=(n, 3))  # the other nodes of the job, anywhere in the cluster
     seconds = np.sort(rng.random(n)) * days * 86400
+    k[(seconds > (days - NEW_DAYS) * 86400) & (rng.random(n) < NEW_SHARE)] = [c[0] for c in CAUSES].index(NEW)
     start = int((end - timedelta(days=days)).timestamp() * 1e6)
     raw = rng.integers(0, 256, size=(n, 16), dtype=np.uint8)
     raw[:, 15] |= 1  # numpy's bytes drop trailing zeros
