@@ -650,17 +650,21 @@ def history(
     top: Annotated[int, typer.Option(help="Nodes to list.")] = 10,
     color: Annotated[bool | None, typer.Option("--color/--no-color", help="Colour (default: when stdout is a terminal).")] = None,
     compact: Annotated[
-        bool, typer.Option("--compact", help="First merge the store's files into one (safe while others append; e.g. from cron).")
+        bool,
+        typer.Option(
+            "--compact",
+            help="First merge the store's files into files of up to a million verdicts (safe while others append; e.g. from cron).",
+        ),
     ] = False,
     node: Annotated[str | None, typer.Option("--node", help="List the jobs whose verdict implicates this node, newest first.")] = None,
 ) -> None:
-    """Summarise stored verdicts: the nodes implicated again and again, and causes over time."""
+    """Summarise stored verdicts: the nodes implicated again and again, this week's causes against last week's, and causes over time."""
     import json
 
     import polars as pl
 
+    from .history import NODE_COLUMNS, SUMMARY_COLUMNS, node_jobs, parse_since, render_terminal, scan, summarize
     from .history import compact as compact_store
-    from .history import load, parse_since, render_terminal, summarize
 
     if fmt not in ("terminal", "json") or by not in ("day", "week", "month"):
         _err("--format is terminal or json; --by is day, week or month")
@@ -676,29 +680,26 @@ def history(
         except OSError as exc:
             _err(f"--compact: {store}: {exc.strerror or exc}")
             raise typer.Exit(EXIT_USAGE) from None
-        _err(f"merged {merged} files of {store} into one")
-    loaded = load(store)
-    for problem in loaded.problems:
+        _err(f"merged {merged} files of {store}")
+    # only the columns the answer needs are decoded, and big files are streamed, not loaded
+    with scan(store, columns=NODE_COLUMNS if node is not None else SUMMARY_COLUMNS) as got:
+        if node is not None:
+            jobs = got.run(lambda s: node_jobs(s.frame() if cutoff is None else s.frame().filter(pl.col("time") >= cutoff), node))
+        else:
+            summary = got.run(lambda s: summarize(s, by=by, top=top, since=cutoff))
+    for problem in got.problems:
         _err(problem)
-    table = loaded.table if cutoff is None else loaded.table.filter(pl.col("time") >= cutoff)
     if node is not None:
-        from .history import node_jobs
-
-        jobs = node_jobs(table, node)
         if fmt == "json":
             rows = jobs.with_columns(pl.col("time").dt.to_string("%Y-%m-%dT%H:%M:%SZ")).to_dicts()
-            typer.echo(json.dumps({"store": str(store), "node": node, "jobs": rows, "problems": loaded.problems}, indent=2))
+            typer.echo(json.dumps({"store": str(store), "node": node, "jobs": rows, "problems": got.problems}, indent=2))
         else:
             typer.echo(f"{jobs.height} verdict(s) implicate {node} in {store}")
             for r in jobs.iter_rows(named=True):  # one row per stored verdict of this node: few
                 rank = "" if r["first_rank"] is None else f" rank {r['first_rank']}"
                 typer.echo(f"  {r['time']:%Y-%m-%d %H:%M}  job {r['job'] or '-'}  {r['category']}{rank}  {r['summary']}")
-        if not store.is_dir():
-            raise typer.Exit(EXIT_NO_INPUT)
-        return
-    summary = summarize(table, by=by, top=top)
-    if fmt == "json":
-        typer.echo(json.dumps({"store": str(store), **summary, "problems": loaded.problems}, indent=2))
+    elif fmt == "json":
+        typer.echo(json.dumps({"store": str(store), **summary, "problems": got.problems}, indent=2))
     else:
         use_color = sys.stdout.isatty() if color is None else color
         sys.stdout.write(render_terminal(summary, store=str(store), color=use_color))

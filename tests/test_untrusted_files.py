@@ -502,3 +502,73 @@ def test_report_json_is_valid_json_even_with_nan_in_it() -> None:
     assert data["stats"]["score"] is None and data["timeline"]["nested"] == [{"x": None}, [1.0, None]]
     assert strict_json(report.to_json(indent=None))["verdict"]["cause"] == "cuda_oom"
     assert math.isnan(report.verdict.confidence)  # the report itself is left as it was
+
+
+# -- the history store at scale: bounds by the columns decoded, summaries stored by compact ------------
+
+#: what `history` decodes for its summary (parquet_bounds counts only these)
+SUMMARY_DECODES = sorted(history._decoded([n for n in history.TABLE_SCHEMA if n in history.SUMMARY_COLUMNS or n == history.WRITER]))
+
+
+def _bomb(column: str) -> bytes:
+    """A one-row file whose ``column`` (a string) holds 64 MiB that compress to a few KiB."""
+    row = record(verdict(), job="bomb").with_columns(pl.lit("x" * (64 << 20)).alias(column))
+    buf = io.BytesIO()
+    row.write_parquet(buf, compression="zstd", statistics=False)
+    return buf.getvalue()
+
+
+def test_only_the_columns_that_will_be_decoded_count_against_a_files_bounds() -> None:
+    data = _bomb("summary")
+    assert history._inspect(data).worst > 64 << 20  # decoding every column: the bomb counts
+    assert history._inspect(data, columns=SUMMARY_DECODES).worst < 1 << 20  # the summary never decodes it
+
+
+def test_a_column_chunk_that_claims_another_columns_path_is_counted_as_the_column_it_is() -> None:
+    """The chunk of ``cause`` says it is ``ranks`` (a column the summary does not decode): it is still
+    ``cause`` by its place in the schema, which is what a decoder reads it as, and it counts."""
+    data = _bomb("cause")
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    at = data.rindex(b"\x05cause", footer)  # the last one: the chunk's path (the schema's name comes first)
+    lying = data[:at] + b"\x05ranks" + data[at + 6 :]
+    assert history._inspect(lying, columns=SUMMARY_DECODES).worst > 64 << 20
+    # and a chunk that claims the bomb column's path is counted too, wherever it sits
+    summary = _bomb("summary")
+    footer = len(summary) - 8 - int.from_bytes(summary[-8:-4], "little")
+    at = summary.rindex(b"\x07summary", footer)
+    claims = summary[:at] + b"\x07nodes__" + summary[at + 8 :]
+    assert history._inspect(claims, columns=["nodes__"]).worst > 64 << 20
+
+
+@needs_root
+def test_another_users_bomb_in_a_column_the_summary_does_not_read_does_not_cost_the_summary(tmp_path: Path) -> None:
+    append(tmp_path, verdict(), job="1")
+    give(write_frame(tmp_path / "20261101T000000-bomb.parquet", pl.read_parquet(io.BytesIO(_bomb("summary")))))
+    loaded = load(tmp_path)  # every column: refused before decoding
+    assert loaded.table.get_column("job").to_list() == ["1"] and "may decode to" in loaded.problems[0]
+    data = strict_json(runner.invoke(app, ["history", str(tmp_path), "-f", "json"]).stdout)
+    assert data["verdicts"] == 2 and data["problems"] == []  # five small columns of it decoded, and counted
+
+
+@needs_root
+def test_a_summary_stored_in_another_users_file_is_not_believed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(history, "BIG_FILE_BYTES", 0)  # every file of root's is read lazily, its stored summary used
+    store = tmp_path
+    for i in range(3):
+        append(store, verdict("gpu_hardware_fault", "gpu07"), job=str(i), when=T0)
+    compact(store)
+    (mine,) = store.glob("*.parquet")
+    # a file that says it summarises 1000 failures of gpu13, over one verdict of gpu01
+    claimed = pl.concat([record(verdict("cuda_oom", "gpu13"), job=f"f{i}", when=T0) for i in range(1000)])
+    forged = history._store_summary(claimed.with_columns(writer_uid=pl.lit(OTHER, pl.Int64)))
+    forged[f"{history._STORED}.rows"] = "1"
+    one = load(store).table.head(1).with_columns(job=pl.lit("theirs"), nodes=pl.lit(["gpu01"]), first_node=pl.lit("gpu01"))
+    planted = store / "20261101T000000-planted.parquet"
+    one.write_parquet(planted, metadata=forged)
+    give(planted)
+    s = strict_json(runner.invoke(app, ["history", str(store), "-f", "json"]).stdout)
+    assert s["verdicts"] == 4 and {n["node"] for n in s["nodes"]} == {"gpu07", "gpu01"}
+    planted.unlink()
+    mine.rename(store / "mine.parquet")  # root's own file: its stored summary stands for it
+    with history.scan(store, columns=history.SUMMARY_COLUMNS) as got:
+        assert got.parts and got.parts[0].stored is not None
