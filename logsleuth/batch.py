@@ -224,7 +224,7 @@ def stored(store: str | os.PathLike[str], version: str) -> tuple[set[str], list[
     otherwise hide a job from the batch), and the store's problems."""
     if not Path(store).is_dir():
         return set(), []
-    loaded = history.load(store)
+    loaded = history.load(store, columns=["rules_version", "fingerprint", "partial"])
     mine = loaded.table.filter(
         (pl.col("rules_version") == version)
         & pl.col("fingerprint").is_not_null()
@@ -307,14 +307,18 @@ class PartWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write what is pending as one part (an OSError, e.g. a full disk, is the caller's to report)."""
+        """Write what is pending (an OSError, e.g. a full disk, is the caller's to report). A user other than
+        root writes parts no larger than a reader believes of another user's file (history.FOREIGN_LIMITS),
+        so root's `history` over a shared store reads them."""
         self._since = time.monotonic()
         if not self._pending:
             return
         frame = pl.concat(self._pending)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-        name = f"batch-{stamp}-{socket.gethostname()}-{os.getpid()}{self.tag}-{len(self.parts):05d}"
-        self.parts.append(str(history.write_part(self.store, frame, name)))
+        most = frame.height if os.geteuid() == 0 else history.FOREIGN_LIMITS.rows
+        for start in range(0, frame.height, most):
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+            name = f"batch-{stamp}-{socket.gethostname()}-{os.getpid()}{self.tag}-{len(self.parts):05d}"
+            self.parts.append(str(history.write_part(self.store, frame.slice(start, most), name)))
         self.written += frame.height
         self._pending, self._count = [], 0
 

@@ -246,3 +246,13 @@ def test_an_interrupted_batch_resumes_without_redoing_finished_jobs(tmp_path: Pa
     assert code == 0 and summary["skipped"] == first and summary["analysed"] == 36 - first
     table = _stored(store)
     assert table.height == 36 and table.get_column("fingerprint").n_unique() == 36
+
+
+def test_a_user_writes_parts_a_root_reader_believes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = pl.concat([history.record(analyze([LOGS["port"]]), job=str(i)) for i in range(history.FOREIGN_LIMITS.rows + 10)])
+    monkeypatch.setattr(batch.os, "geteuid", lambda: 1000)
+    writer = batch.PartWriter(tmp_path / "store", rows=10_000)
+    writer.add(rows)
+    writer.flush()
+    sizes = sorted(pl.read_parquet(p).height for p in writer.parts)
+    assert sizes == [10, history.FOREIGN_LIMITS.rows] and writer.written == rows.height
