@@ -53,3 +53,23 @@ def write(tmp_path: Path):
         return path
 
     return _write
+
+
+#: One example log per cause, for the tests that need many small jobs (batch).
+EXAMPLE_LOGS = {
+    "time_limit": ROOT / "examples" / "slurm-time-limit" / "slurm-34.out",
+    "port": ROOT / "examples" / "port-in-use" / "torchrun.log",
+    "user": ROOT / "examples" / "user-exception-cascade" / "torchrun.log",
+}
+
+
+def example_jobs(root: Path, copies: int = 1) -> Path:
+    """A folder per job under ``root``, each holding one example log: ``copies`` jobs of each of three causes."""
+    import shutil
+
+    for n in range(copies):
+        for kind, log in EXAMPLE_LOGS.items():
+            dest = root / f"{kind}-{n}"
+            dest.mkdir(parents=True)
+            shutil.copy(log, dest / log.name)
+    return root

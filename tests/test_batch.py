@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,14 +18,9 @@ from typer.testing import CliRunner
 from logsleuth import batch, history
 from logsleuth.api import analyze
 from logsleuth.cli import app
-from tests.conftest import ROOT
+from tests.conftest import EXAMPLE_LOGS, example_jobs
 
-EXAMPLES = ROOT / "examples"
-LOGS = {
-    "time_limit": EXAMPLES / "slurm-time-limit" / "slurm-34.out",
-    "port": EXAMPLES / "port-in-use" / "torchrun.log",
-    "user": EXAMPLES / "user-exception-cascade" / "torchrun.log",
-}
+LOGS = EXAMPLE_LOGS
 
 
 def _touch(path: Path, text: str = "") -> Path:
@@ -121,16 +115,6 @@ def test_the_manifest_reads_back_the_jobs_written(tmp_path: Path) -> None:
         batch.read_manifest(tmp_path / "bad.jsonl")
 
 
-def _jobs(root: Path, copies: int = 1) -> Path:
-    """A folder per job, each holding one example log: several causes."""
-    for n in range(copies):
-        for kind, log in LOGS.items():
-            dest = root / f"{kind}-{n}"
-            dest.mkdir(parents=True)
-            shutil.copy(log, dest / log.name)
-    return root
-
-
 def _run(*args: str) -> tuple[int, dict[str, object]]:
     result = CliRunner().invoke(app, ["batch", *args, "--format", "json"])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
@@ -142,7 +126,7 @@ def _stored(store: Path) -> pl.DataFrame:
 
 
 def test_batch_stores_the_verdict_analyze_gives_each_job(tmp_path: Path) -> None:
-    root = _jobs(tmp_path / "jobs")
+    root = example_jobs(tmp_path / "jobs")
     code, summary = _run(str(root), "--out", str(tmp_path / "store"), "--workers", "2")
     assert code == 0 and summary["analysed"] == 3 and summary["skipped"] == 0
     table = _stored(tmp_path / "store")
@@ -159,7 +143,7 @@ def test_batch_stores_the_verdict_analyze_gives_each_job(tmp_path: Path) -> None
 
 
 def test_a_second_run_skips_stored_jobs_and_redoes_a_changed_one(tmp_path: Path) -> None:
-    root, store = _jobs(tmp_path / "jobs"), str(tmp_path / "store")
+    root, store = example_jobs(tmp_path / "jobs"), str(tmp_path / "store")
     assert _run(str(root), "--out", store)[1]["analysed"] == 3
     assert _run(str(root), "--out", store)[1] == {**_run(str(root), "--out", store)[1], "analysed": 0, "skipped": 3}
     changed = next((root / "port-0").iterdir())
@@ -170,7 +154,7 @@ def test_a_second_run_skips_stored_jobs_and_redoes_a_changed_one(tmp_path: Path)
 
 
 def test_jobs_are_analysed_again_under_other_rules_or_model(tmp_path: Path) -> None:
-    root, store = _jobs(tmp_path / "jobs"), str(tmp_path / "store")
+    root, store = example_jobs(tmp_path / "jobs"), str(tmp_path / "store")
     _run(str(root), "--out", store)
     assert _run(str(root), "--out", store, "--no-model")[1]["analysed"] == 3
     versions = set(_stored(Path(store)).get_column("rules_version"))
@@ -178,7 +162,7 @@ def test_jobs_are_analysed_again_under_other_rules_or_model(tmp_path: Path) -> N
 
 
 def test_a_job_that_cannot_be_read_is_a_row_with_its_problem(tmp_path: Path) -> None:
-    root = _jobs(tmp_path / "jobs")
+    root = example_jobs(tmp_path / "jobs")
     broken = root / "broken"
     broken.mkdir()
     (broken / "slurm-9.out.gz").write_bytes(gzip.compress(LOGS["user"].read_bytes())[:300])
@@ -190,7 +174,7 @@ def test_a_job_that_cannot_be_read_is_a_row_with_its_problem(tmp_path: Path) -> 
 
 
 def test_list_shows_the_jobs_without_analysing(tmp_path: Path) -> None:
-    root = _jobs(tmp_path / "jobs")
+    root = example_jobs(tmp_path / "jobs")
     result = CliRunner().invoke(app, ["batch", str(root), "--list", "--format", "json"])
     assert result.exit_code == 0
     assert sorted(j["key"] for j in json.loads(result.stdout)) == ["jobs/port-0", "jobs/time_limit-0", "jobs/user-0"]
@@ -203,7 +187,7 @@ def test_a_folder_without_logs_is_no_input(tmp_path: Path) -> None:
 
 
 def test_emit_sbatch_writes_an_array_over_the_jobs_not_yet_stored(tmp_path: Path) -> None:
-    root, store = _jobs(tmp_path / "jobs", copies=2), tmp_path / "store"
+    root, store = example_jobs(tmp_path / "jobs", copies=2), tmp_path / "store"
     out = tmp_path / "emit"
     result = CliRunner().invoke(
         app,
@@ -220,7 +204,7 @@ def test_emit_sbatch_writes_an_array_over_the_jobs_not_yet_stored(tmp_path: Path
 
 
 def test_an_array_task_analyses_its_shard_of_the_manifest(tmp_path: Path) -> None:
-    root, store = _jobs(tmp_path / "jobs", copies=2), tmp_path / "store"
+    root, store = example_jobs(tmp_path / "jobs", copies=2), tmp_path / "store"
     batch.write_manifest(tmp_path / "m.jsonl", batch.discover([root]).jobs)
     for i in range(2):
         code, summary = _run("--manifest", str(tmp_path / "m.jsonl"), "--shard", f"{i}/2", "--out", str(store))
@@ -231,7 +215,7 @@ def test_an_array_task_analyses_its_shard_of_the_manifest(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "scancel"])
 def test_an_interrupted_batch_resumes_without_redoing_finished_jobs(tmp_path: Path, sig: signal.Signals) -> None:
-    root, store = _jobs(tmp_path / "jobs", copies=12), tmp_path / "store"  # 36 jobs
+    root, store = example_jobs(tmp_path / "jobs", copies=12), tmp_path / "store"  # 36 jobs
     cmd = [sys.executable, "-m", "logsleuth", "batch", str(root), "--out", str(store), "--workers", "1", "--flush-every", "2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,9 +15,8 @@ from typer.testing import CliRunner
 
 from logsleuth import history
 from logsleuth.cli import app
-from tests.conftest import ROOT
+from tests.conftest import example_jobs
 
-EXAMPLES = ["slurm-time-limit/slurm-34.out", "port-in-use/torchrun.log", "user-exception-cascade/torchrun.log"]
 COLUMNS = ["job", "fingerprint", "rules_version", "cause", "category", "first_rank", "first_node", "ranks", "nodes"]
 RAY = Path(sys.executable).parent / "ray"
 
@@ -55,12 +53,7 @@ def _table(store: Path) -> pl.DataFrame:
 
 
 def test_ray_stores_the_verdicts_the_local_engine_stores(tmp_path: Path, ray_address: str) -> None:
-    roots = tmp_path / "jobs"
-    for n in range(2):
-        for example in EXAMPLES:
-            dest = roots / f"{Path(example).parent}-{n}"
-            dest.mkdir(parents=True)
-            shutil.copy(ROOT / "examples" / example, dest)
+    roots = example_jobs(tmp_path / "jobs", copies=2)
     local = CliRunner().invoke(app, ["batch", str(roots), "--out", str(tmp_path / "local"), "--format", "json"])
     assert local.exit_code == 0, local.output
     on_ray = CliRunner().invoke(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -14,12 +13,11 @@ from typer.testing import CliRunner
 
 from logsleuth import history
 from logsleuth.cli import app
-from tests.conftest import ROOT
+from tests.conftest import example_jobs
 from tests.slurm.common import ensure_running
 
 pytestmark = pytest.mark.slurm
 
-EXAMPLES = ["slurm-time-limit/slurm-34.out", "port-in-use/torchrun.log", "user-exception-cascade/torchrun.log"]
 ARRAY_TIMEOUT_S = 600
 COLUMNS = ["job", "fingerprint", "rules_version", "cause", "category", "first_rank", "first_node", "ranks", "nodes"]
 
@@ -30,12 +28,7 @@ def _table(store: Path) -> pl.DataFrame:
 
 def test_a_job_array_stores_the_verdicts_a_local_batch_stores(tmp_path: Path) -> None:
     ensure_running()
-    roots = tmp_path / "jobs"
-    for n in range(2):
-        for example in EXAMPLES:
-            dest = roots / f"{Path(example).parent}-{n}"
-            dest.mkdir(parents=True)
-            shutil.copy(ROOT / "examples" / example, dest)
+    roots = example_jobs(tmp_path / "jobs", copies=2)
     local = CliRunner().invoke(app, ["batch", str(roots), "--out", str(tmp_path / "local"), "--format", "json"])
     assert local.exit_code == 0, local.output
     emit = tmp_path / "emit"
