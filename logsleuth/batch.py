@@ -578,6 +578,9 @@ def run_ray(
         ray: Any = importlib.import_module("ray")  # optional, and untyped: used through Any
     except ImportError:
         raise RuntimeError("--engine ray needs Ray: pip install 'logsleuth[ray]'") from None
+    # A driver left connected outlives the batch: when its cluster stops, Ray ends the whole process
+    # (the core worker exits once the GCS stays unreachable), so disconnect unless the caller had connected.
+    connected_before = bool(ray.is_initialized())
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, logging_level=logging.ERROR)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -599,7 +602,7 @@ def run_ray(
                 running[task.remote(c, options, version)] = c
     finally:
         writer.flush()
-        if address is None:
+        if not connected_before:
             ray.shutdown()
 
 

@@ -65,3 +65,13 @@ def test_ray_stores_the_verdicts_the_local_engine_stores(tmp_path: Path, ray_add
         app, ["batch", str(roots), "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-address", ray_address, "--format", "json"]
     )
     assert '"skipped": 6' in again.stdout and '"analysed": 0' in again.stdout
+
+
+def test_a_batch_on_ray_leaves_no_driver_connected(tmp_path: Path, ray_address: str) -> None:
+    """A driver left connected is ended by Ray, with its whole process, when the cluster stops."""
+    import ray
+
+    roots = example_jobs(tmp_path / "jobs", copies=1)
+    out = CliRunner().invoke(app, ["batch", str(roots), "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-address", ray_address])
+    assert out.exit_code == 0, out.output
+    assert not ray.is_initialized()
