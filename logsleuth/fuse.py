@@ -159,7 +159,7 @@ def constrain(probs: dict[str, float], reasoning: Reasoning) -> tuple[dict[str, 
     """
     lead = reasoning.candidates[0] if reasoning.candidates else None
     out = dict(probs)
-    if lead is None and not reasoning.failed and "none" in out:
+    if lead is None and not reasoning.failed and reasoning.active and "none" in out:
         # no failure signal and no rule's cause (at most exceptions the process survived):
         # the classifier alone cannot make a failure out of lines that show none
         return {label: (1.0 if label == "none" else 0.0) for label in out}, []
@@ -205,8 +205,16 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
         else:
             eids = reasoning.signals[:50] if label == "unknown" else [] if label == "none" else prediction.evidence.get(label, [])
             out.append(Candidate(label, label, "primary", p, p, eids, [], _ranks(events, eids)))
-    lead = out[0]
     notes = list(reasoning.notes)
+    if not reasoning.candidates and not reasoning.failed and not reasoning.active:
+        # set-up lines only (reason.shows_activity): nothing to decide from; the classifier's reading is a guess, listed
+        guesses = [c for c in out if c.category != "unknown"]
+        top = max((c.confidence for c in guesses), default=0.0)
+        notes.append("the inputs show neither a failure nor the job at work; the candidates are the classifier's guesses")
+        return replace(
+            reasoning, candidates=[Candidate("unknown", "unknown", "primary", 0.0, round(1.0 - top, 3), [], [], [])] + guesses, notes=notes
+        )
+    lead = out[0]
     runner_up = max((probs.get(c.category, 0.0) for c in out[1:] if c.category != lead.category), default=0.0)
     unsure = (
         lead.category not in ("none", "unknown")

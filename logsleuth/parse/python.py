@@ -177,10 +177,13 @@ def _annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
             "msg": inner,
         },
     )
+    exc_type = msg.str.extract(EXCEPTION, 1)
+    # a warning category printed on its own (warnings.showwarning's "UserWarning: ..."), not raised: a warning
+    level = pl.when(exc_type.str.ends_with("Warning")).then(pl.lit("warning")).otherwise(pl.lit("error"))
     return claim(
         df,
         msg.str.contains(EXCEPTION),
-        {"kind": pl.lit("exception"), "source": pl.lit("python"), "level": pl.lit("error"), "exc_type": msg.str.extract(EXCEPTION, 1)},
+        {"kind": pl.lit("exception"), "source": pl.lit("python"), "level": level, "exc_type": exc_type},
     )
 
 

@@ -227,6 +227,7 @@ class Reasoning:
     offsets: dict[str, float] = field(default_factory=dict)
     handled: list[int] = field(default_factory=list)  # exceptions the process survived (events it kept working after)
     signals: list[int] = field(default_factory=list)  # events that show a failure, explained or not (failure_signals)
+    active: bool = True  # the logs show the job at work: an alarming line, progress or an ending (shows_activity)
 
 
 def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
@@ -315,6 +316,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         offsets=tl.offsets,
         handled=handled,
         signals=[int(e) for e in signal.arg_true().to_list() if e not in handled],
+        active=failed or shows_activity(ev),
     )
 
 
@@ -389,6 +391,37 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
         pl.col("line").filter(IS_FAILURE).max().alias("_err"), pl.col("line").filter(ordinary).max().alias("_ok")
     )
     return per_file.filter(pl.col("_err").is_not_null() & (pl.col("_ok").is_null() | (pl.col("_ok") < pl.col("_err")))).is_empty()
+
+
+#: A line that says the job, or a worker of it, ended well (torchelastic's events and agent, Trainer loops).
+_ENDED_WELL = (
+    r"torchelastic\.worker\.status\.SUCCEEDED|worker group successfully finished|Done waiting for other agents"
+    r"|(?i:\btraining (?:completed|finished|complete|done)\b)"
+)
+
+
+def shows_activity(ev: pl.DataFrame) -> bool:
+    """Do the logs show the job at work, so that finding no failure in them means something?
+
+    A log with no failure signal reads as ``none`` only if it shows more than set-up
+    chatter: a warning or error (the alarming line a user asks about, judged harmless),
+    a line a rule explains, training progress (steps, epochs, a loss, a progress bar) or
+    an ending (torchelastic's SUCCEEDED). A paste of NCCL's initialisation lines alone,
+    or of a launcher's banner, stops before anything happened: its failure, if any, is
+    after the last line, and \"the job ran to completion\" would be a guess."""
+    if ev.is_empty():
+        return False
+    msg = pl.col("message")
+    info_line = (pl.col("kind") == "line") & (pl.col("level") == "info") & ~msg.str.contains(SHOWN_SOURCE).fill_null(False)
+    hit = pl.col("hit_role").is_not_null() if "hit_role" in ev.columns else pl.lit(False)
+    at_work = (
+        pl.col("level").is_in(["warning", "error", "fatal"])
+        | hit
+        | pl.col("step").is_not_null()
+        | (info_line & msg.str.contains(_PROGRESS).fill_null(False))
+        | msg.str.contains(_ENDED_WELL).fill_null(False)
+    )
+    return bool(ev.select(at_work.fill_null(False).any()).item())
 
 
 #: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.

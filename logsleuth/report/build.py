@@ -19,6 +19,15 @@ from .model import CandidateOut, Evidence, FirstFailure, InputOut, RankOut, Repo
 
 _NONE_SUMMARY = "No failure found in the inputs: the job appears to have run to completion."
 _UNKNOWN_SUMMARY = "The job failed, but no known cause matches its messages; the first failure lines are shown as evidence."
+_QUIET_SUMMARY = (
+    "No failure found, but nothing in the inputs shows the job at work or finishing either: they hold only"
+    " set-up lines (initialisation, banners), so they may stop before the failure. The last lines read are shown."
+)
+_QUIET_FIX = (
+    "Give logsleuth the whole log of every rank (a paste cut after start-up cannot show why the job ended).",
+    "If the job hung after these lines, re-run with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL, and a timeout"
+    " (init_process_group(timeout=...)) so that a hang ends with an error that names the stuck collective.",
+)
 _UNKNOWN_FIX = (
     "Read the evidence lines: they are the earliest failures in the logs.",
     "Re-run with NCCL_DEBUG=INFO, TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_SHOW_CPP_STACKTRACES=1 to get more detail.",
@@ -210,8 +219,14 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
         category = lead.category
     else:
         category = "unknown" if reasoning.failed else "none"
-    summary = _UNKNOWN_SUMMARY if category == "unknown" else _NONE_SUMMARY
-    if category == "unknown" and (ff.get("rank") is not None or ff.get("node")):
+    # nothing failed, but nothing shows the job at work either: an honest unknown, not an all-clear
+    quiet = category in ("none", "unknown") and not reasoning.failed and not reasoning.active
+    if quiet:
+        category = "unknown"
+        last_lines = events.with_row_index("eid").sort("file", "line").group_by("file", maintain_order=True).last()
+        failures = last_lines.get_column("eid").to_list()
+    summary = _QUIET_SUMMARY if quiet else _UNKNOWN_SUMMARY if category == "unknown" else _NONE_SUMMARY
+    if category == "unknown" and not quiet and (ff.get("rank") is not None or ff.get("node")):
         summary = f"{_where_phrase(ff.get('rank'), ff.get('node')).capitalize()} failed first, but no known cause matches its messages; its lines are shown as evidence."
         summary += _cascade_sentence(reasoning)
     verdict = Verdict(
@@ -221,11 +236,11 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
         first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
         evidence=_evidence(events, _pick_evidence(events, failures, 3), best_rule),
         summary=summary,
-        fix=list(_UNKNOWN_FIX) if category == "unknown" else [],
-        title="Unknown failure" if category == "unknown" else "No failure",
+        fix=list(_QUIET_FIX if quiet else _UNKNOWN_FIX) if category == "unknown" else [],
+        title="Not enough to tell" if quiet else "Unknown failure" if category == "unknown" else "No failure",
         explanation=TAXONOMY[category],
     )
-    if category == "unknown" and lead is None and failures:
+    if category == "unknown" and lead is None and failures and not quiet:
         row = events.row(failures[0], named=True)
         verdict.first_failure = FirstFailure(row["rank"], row["node"], row["time"].isoformat() if row["time"] else None)
     return verdict

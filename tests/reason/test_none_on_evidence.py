@@ -319,3 +319,37 @@ def test_a_workers_traceback_is_not_survived_by_another_processes_progress(tmp_p
         ),
     )
     assert report.verdict.category == "cuda_error"
+
+
+_SET_UP = "\n".join(
+    [
+        "node01:5771:5771 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+        "node01:5771:5771 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+        "NCCL version 2.21.5+cuda12.4",
+        "node01:5771:5783 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>",
+        "node01:5771:5783 [0] NCCL INFO ncclCommInitRank comm 0x55d9607ee240 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 61000",
+    ]
+)
+
+
+def test_a_log_of_set_up_lines_alone_is_not_an_all_clear(tmp_path: Path) -> None:
+    """A paste that stops after NCCL's initialisation shows no failure, but nothing ran either."""
+    report = _verdict(tmp_path, _SET_UP)
+    assert report.verdict.category == "unknown"
+    assert "completion" not in report.verdict.summary and "set-up lines" in report.verdict.summary
+    assert report.verdict.first_failure.rank is None
+    assert [e.line for e in report.verdict.evidence] == [5]  # the last line read, where the log stops
+    assert report.candidates[0].category == "unknown"
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        _PROGRESS,  # training went on
+        "UserWarning: Rank 0 using GPU 0 to perform barrier as devices used by this process are currently unknown.",  # the alarming line
+        '{"name": "torchelastic.worker.status.SUCCEEDED", "source": "WORKER", "timestamp": 0, "metadata": {"global_rank": 0}}',
+        "2022-09-24 15:05:28,102 - mmdet - INFO - Epoch [1][20/3953]     lr: 1.000e-05, eta: 2 days, 2:41:27, time: 1.283",
+    ],
+)
+def test_set_up_lines_followed_by_work_or_an_ending_read_clean(tmp_path: Path, after: str) -> None:
+    assert _verdict(tmp_path, _SET_UP + "\n" + after).verdict.category == "none"
