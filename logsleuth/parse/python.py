@@ -26,11 +26,13 @@ _TRACEBACK_FRAME = r'^\s+File "[^"]+", line \d+, in '
 #: these is where the job's own code raised (what an expert reads first).
 _LIBRARY_FRAME = r'File "(?:[^"]*/(?:site-packages|dist-packages|lib/python\d[\d.]*|lib64/python\d[\d.]*)/|<frozen |<string>)'
 _CHAIN = r"^(During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)"
-#: An exception line: a dotted class name (ending like an exception) and an optional message.
-EXCEPTION = (
-    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout|Iteration|Abort|Fault|Empty)"
-    r"|KeyboardInterrupt|SystemExit|StopIteration|c10::\w+)(?::\s?(.*))?$"
+#: The class name of an exception line: a dotted name ending like an exception.
+_EXC_NAME = (
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout|Iteration|Abort|Fault|Empty)"
+    r"|KeyboardInterrupt|SystemExit|StopIteration|c10::\w+"
 )
+#: An exception line: a dotted class name (ending like an exception) and an optional message.
+EXCEPTION = rf"^({_EXC_NAME})(?::\s?(.*))?$"
 #: The header ends its line; text before it is another writer's output the header was glued to
 #: (a progress bar redrawn without a newline, a message printed with ``end=""``).
 #: (torchrun's failure table writes ``traceback : Traceback ...``: its own field, folded by parse.torch.)
@@ -153,17 +155,73 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return rest, events
 
 
+#: A traceback inside one line, its newlines and quotes escaped: the ``py_callstack`` of torchelastic's
+#: error file (elastic/multiprocessing/errors/error_handler.py, ``record_exception`` writes
+#: ``traceback.format_exc()`` with ``json.dump``), printed whole or in part when the file is shown:
+#: ``{"message": {"message": "RuntimeError: x", "extraInfo": {"py_callstack": "Traceback (most recent
+#: call last):\n  File \"/w/train.py\", line 3, in f\n    g()\nRuntimeError: x\n", ...}}}``.
+#: Its frames (``File \"/w/train.py\", line 3, in f``) or its header mark it.
+_ESCAPED_FRAME = r'File \\+"([^"\\]+)\\+", line (\d+), in ([^\\"]+)'
+_ESCAPED_TRACEBACK = rf"Traceback \(most recent call last\):\\+n|{_ESCAPED_FRAME}"
+#: Its exception line: after an escaped newline, up to the next one (or the end of the string).
+_ESCAPED_EXCEPTION = rf'\\+n({_EXC_NAME})(?::[ ]?((?:[^\\"]|\\+[^\\n])*))?(?:\\+n|"|$)'
+#: Frames of installed libraries, as ``file`` of an escaped frame.
+_LIBRARY_PATH = r"/(?:site-packages|dist-packages|lib/python\d[\d.]*|lib64/python\d[\d.]*)/|^<"
+
 #: torchrun's error file, logged as indented JSON by torch 1.9-1.12 when no error file is set:
 #: ``"message": "RuntimeError: Permission denied",`` (elastic/multiprocessing/errors/error_handler.py).
 _ERROR_FILE_MESSAGE = r'^\s*"message": "(.*?)",?\s*$'
 
 
 def annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
-    """Exception lines outside a traceback (a logged error, torchrun's summary, its error-file JSON)."""
-    return on_rows_with(df, (), _annotate_exceptions, pattern=f"(?:{EXCEPTION})|(?:{_ERROR_FILE_MESSAGE})")
+    """Exception lines outside a traceback (a logged error, torchrun's summary, its error-file JSON),
+    and tracebacks escaped into one line (the error file's ``py_callstack``)."""
+    return on_rows_with(df, (), _annotate_exceptions, pattern=f"(?:{EXCEPTION})|(?:{_ERROR_FILE_MESSAGE})|{_ESCAPED_TRACEBACK}")
+
+
+def _unescape(text: pl.Expr) -> pl.Expr:
+    """JSON string escapes of a message (quotes, backslashes, tabs) as the message printed them."""
+    return text.str.replace_all(r"\\+t", "\t").str.replace_all(r'\\+"', '"').str.replace_all(r"\\\\", "\\", literal=True)
+
+
+def _escaped_traceback(df: pl.DataFrame) -> pl.DataFrame:
+    """Claim the lines that hold an escaped traceback: one traceback event each, its exception line
+    the last one the string holds (the one the process died of; chained ones come before it)."""
+    msg = pl.col("msg")
+    exc = msg.str.extract_all(_ESCAPED_EXCEPTION).list.last()
+    frames = msg.str.extract_all(_ESCAPED_FRAME)
+    last = frames.list.last()
+    own = frames.list.eval(pl.element().filter(~pl.element().str.extract(_ESCAPED_FRAME, 1).str.contains(_LIBRARY_PATH))).list.last()
+
+    def where(frame: pl.Expr) -> pl.Expr:
+        part = [frame.str.extract(_ESCAPED_FRAME, i) for i in (1, 2, 3)]
+        return pl.concat_str([part[0], pl.lit(":"), part[1], pl.lit(" in "), part[2]])
+
+    exc_line = _unescape(pl.concat_str([exc.str.extract(_ESCAPED_EXCEPTION, 1), pl.lit(": "), exc.str.extract(_ESCAPED_EXCEPTION, 2)]))
+    return claim(
+        df,
+        msg.str.contains(_ESCAPED_TRACEBACK),
+        {
+            "kind": pl.lit("traceback"),
+            "source": pl.lit("python"),
+            "level": pl.lit("error"),
+            "exc_type": exc.str.extract(_ESCAPED_EXCEPTION, 1),
+            "msg": pl.coalesce(exc_line, exc.str.extract(_ESCAPED_EXCEPTION, 1), pl.lit(CUT_OFF)),
+            "detail": pl.concat_str(
+                [
+                    pl.lit("frames: "),
+                    frames.list.len().cast(pl.String),
+                    pl.when(last.is_not_null()).then(pl.concat_str([pl.lit("; last: "), where(last)])).otherwise(pl.lit("")),
+                    pl.lit("; escaped in one line"),
+                ]
+            ),
+            "frame": where(own),
+        },
+    )
 
 
 def _annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
+    df = _escaped_traceback(df)
     msg = pl.col("msg")
     inner = msg.str.extract(_ERROR_FILE_MESSAGE, 1).str.replace_all(r"\"", '"', literal=True)
     df = claim(

@@ -143,6 +143,40 @@ def test_torchrun_error_file_json_message_becomes_an_exception_event() -> None:
     assert (exc["exc_type"], exc["message"], exc["level"], exc["line"]) == ("RuntimeError", "RuntimeError: Permission denied", "error", 3)
 
 
+def test_a_traceback_escaped_into_one_line_is_a_traceback_event() -> None:
+    # the error file's py_callstack (error_handler.py record_exception: json.dump of traceback.format_exc())
+    ev = events_of(
+        r"""
+        {"message": {"message": "ValueError: bad \"x\"", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py\", line 346, in wrapper\n    return f(*args, **kwargs)\n  File \"/w/train.py\", line 12, in main\n    raise ValueError('bad \"x\"')\nValueError: bad \"x\"\n", "timestamp": "1692818123"}}}
+        """
+    )
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert (tb["exc_type"], tb["message"], tb["frame"]) == ("ValueError", 'ValueError: bad "x"', "/w/train.py:12 in main")
+    assert tb["detail"].startswith("frames: 2; last: /w/train.py:12 in main")
+
+
+def test_an_escaped_traceback_cut_before_its_header_keeps_its_last_exception() -> None:
+    # a paste that starts inside the error file's JSON: chained exceptions, the last one is the death
+    ev = events_of(
+        r"""
+        \"/w/optim.py\", line 33, in _use_grad\n    ret = func(self)\nKeyError: 'lr'\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"/w/train.py\", line 7, in step\n    opt.step()\nRuntimeError: The size of tensor a (8) must match the size of tensor b (2) at non-singleton dimension 0\n", "timestamp_us": 1692818123557766}
+        """
+    )
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert tb["exc_type"] == "RuntimeError" and tb["message"].endswith("at non-singleton dimension 0")
+
+
+def test_an_escaped_traceback_without_its_exception_line_is_cut_off() -> None:
+    ev = events_of(r"""{"py_callstack": "Traceback (most recent call last):\n  File \"/w/train.py\", line 3, in <module>\n    main()""")
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert tb["message"] == "(traceback cut off before its exception line)" and tb["exc_type"] is None
+
+
+def test_an_escaped_newline_in_a_json_line_without_frames_is_no_traceback() -> None:
+    ev = events_of(r"""{"level": "info", "msg": "epoch 3 done\nValueError: counted 0 bad samples\n"}""")
+    assert ev.filter(pl.col("kind") == "traceback").is_empty()
+
+
 def test_json_message_that_is_not_an_exception_stays_a_line() -> None:
     ev = events_of(
         """

@@ -218,6 +218,26 @@ def test_the_launchers_error_record_is_a_failure_though_the_log_goes_on(tmp_path
     assert report.verdict.category != "none"
 
 
+def test_the_error_files_escaped_traceback_and_a_tee_header_without_a_role_are_a_failure(tmp_path: Path) -> None:
+    # the tail of torchelastic's error-file JSON (its py_callstack, newlines escaped), then rank 4's
+    # own traceback under torchrun's "[4]:" header (an empty --role)
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                r"\"/w/torch/optim/optimizer.py\", line 33, in _use_grad\n    ret = func(self, *args, **kwargs)\n"
+                r"  File \"/w/torch/optim/adamw.py\", line 502, in _multi_tensor_adamw\n    torch._foreach_add_(exp_avgs, grads)\n"
+                r"RuntimeError: The size of tensor a (8192384) must match the size of tensor b (262156288) at non-singleton dimension 0\n"
+                r'", "timestamp_us": 1692818123557766}',
+                '[4]:  File "/usr/lib/python3.8/runpy.py", line 194, in _run_module_as_main',
+                "[4]:    return _run_code(code, main_globals, None,",
+            ]
+        ),
+    )
+    assert report.verdict.category == "user_code_error"
+    assert any("The size of tensor a" in e.text for e in report.verdict.evidence)
+
+
 def test_an_nccl_warn_no_rule_knows_is_a_failure(tmp_path: Path) -> None:
     report = _verdict(
         tmp_path,
