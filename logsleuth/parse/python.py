@@ -18,10 +18,12 @@ import polars as pl
 from .common import claim, on_rows_with, streams_with
 
 HEADER = "Traceback (most recent call last):"
-_FRAME = r'^\s+File "([^"]+)", line (\d+)(?:, in (.+))?'
+#: A frame; ``traceback`` indents it by two, pastes that lost the indentation (a quote block
+#: stripped, Ray's layout as users copy it) start it at the margin.
+_FRAME = r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?'
 #: A traceback frame as ``traceback`` prints it (faulthandler writes ``line N in f``, no comma):
 #: one before any header is a traceback whose header was cut off.
-_TRACEBACK_FRAME = r'^\s+File "[^"]+", line \d+, in '
+_TRACEBACK_FRAME = r'^\s*File "[^"]+", line \d+, in '
 #: Frames of installed libraries and of Python itself; the innermost frame that is none of
 #: these is where the job's own code raised (what an expert reads first).
 _LIBRARY_FRAME = r'File "(?:[^"]*/(?:site-packages|dist-packages|lib/python\d[\d.]*|lib64/python\d[\d.]*)/|<frozen |<string>)'
@@ -29,6 +31,8 @@ _CHAIN = r"^(During handling of the above exception, another exception occurred:
 #: The class name of an exception line: a dotted name ending like an exception.
 _EXC_NAME = (
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout|Iteration|Abort|Fault|Empty)"
+    # Ray's class made for a task's exception: RayTaskError(NameError) (ray/exceptions.py as_instanceof_cause)
+    r"(?:\([A-Za-z_][\w.]*\))?"
     r"|KeyboardInterrupt|SystemExit|StopIteration|c10::\w+"
 )
 #: An exception line: a dotted class name (ending like an exception) and an optional message.
@@ -48,6 +52,17 @@ _STRAY_SOURCE = r"""^(?:return\s+|await\s+)?[\w.\[\]'", ]+?\s*[-+*/]?=\s*[\w.\[\
 CUT_OFF = "(traceback cut off before its exception line)"
 _LOOSE = r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(.*))?$"
 
+
+#: Ray's remote traceback inside a local one (ray/exceptions.py): the caller's ``ray.get`` raises
+#: ``RayTaskError(NameError)`` (``as_instanceof_cause``), whose message is the task's own traceback,
+#: headed by ``ray::Func() (pid=.., ip=..)`` instead of ``Traceback ...``, and ends with the task's
+#: exception; an actor whose ``__init__`` raised gives ``ActorDiedError: The actor died because of an
+#: error raised in its creation task, ray::Actor.__init__() (pid=..)`` the same way. Such a line
+#: continues the traceback (or heads it, first in its stream); the task's exception closes it.
+_RAY_REMOTE = (
+    r"^(?:ray\.exceptions\.)?(?:RayTaskError(?:\([\w.]+\))?: "
+    r"|(?:ActorDiedError|RayActorError): The actor died because of an error raised in its creation task)"
+)
 
 #: Lines that belong to another writer even without a prefix (NCCL, SLURM, glog):
 #: they never close a traceback.
@@ -74,11 +89,13 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         msg.str.contains(_HEADER_AT_END).alias("_hdr"),
         msg.str.contains(_FRAME).alias("_frame"),
         msg.str.contains(_CHAIN).alias("_chain"),
+        msg.str.contains(_RAY_REMOTE).alias("_ray"),
     )
-    # a stream whose first traceback line is a frame was cut inside a traceback: that frame heads it
-    # (any header counts as seen, torchrun's ``traceback : Traceback ...`` field too)
-    marks = msg.str.contains(HEADER, literal=True) | (pl.col("_frame") & msg.str.contains(_TRACEBACK_FRAME))
-    headless = marks & (marks.cast(pl.Int32).cum_sum().over("stream") == 1) & pl.col("_frame") & ~foreign
+    # a stream whose first traceback line is a frame (or Ray's remote-traceback line) was cut inside
+    # a traceback: that line heads it (any header counts as seen, torchrun's ``traceback : Traceback ...``
+    # field too)
+    marks = msg.str.contains(HEADER, literal=True) | (pl.col("_frame") & msg.str.contains(_TRACEBACK_FRAME)) | pl.col("_ray")
+    headless = marks & (marks.cast(pl.Int32).cum_sum().over("stream") == 1) & (pl.col("_frame") | pl.col("_ray")) & ~foreign
     t = t.with_columns((pl.col("_hdr") | headless).alias("_hdr"))
     t = t.with_columns(pl.col("_hdr").cum_sum().over("stream").alias("_tb"))
     candidate = (
@@ -86,6 +103,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         & ~pl.col("_hdr")
         & ~pl.col("_frame")
         & ~pl.col("_chain")
+        & ~pl.col("_ray")
         & ~msg.str.contains(r"^\s")
         & (msg != "")
         & ~foreign
@@ -106,7 +124,8 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("line").filter(pl.col("_hdr")).first().alias("block_start"),
         pl.col("line").filter(pl.col("_close")).first().alias("_close_line"),
         pl.col("raw").filter(pl.col("_close")).first().alias("_close_raw"),
-        pl.col("msg").filter(pl.col("_close")).first().alias("_exc"),
+        # a traceback cut before its exception line still names the task's exception class in Ray's line
+        pl.coalesce(pl.col("msg").filter(pl.col("_close")).first(), pl.col("msg").filter(pl.col("_ray")).last()).alias("_exc"),
         pl.col("raw").filter(pl.col("_hdr")).first().alias("_hdr_raw"),
         frames.last().alias("_last_frame"),
         pl.col("msg").filter(pl.col("_frame") & ~pl.col("msg").str.contains(_LIBRARY_FRAME)).last().alias("_user_frame"),
@@ -151,7 +170,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.lit("python").alias("source"),
         pl.lit("error").alias("level"),
     )
-    rest = t.filter(~pl.col("_used")).drop("_hdr", "_frame", "_chain", "_tb", "_n", "_close", "_used")
+    rest = t.filter(~pl.col("_used")).drop("_hdr", "_frame", "_chain", "_ray", "_tb", "_n", "_close", "_used")
     return rest, events
 
 

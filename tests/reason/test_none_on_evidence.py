@@ -339,3 +339,38 @@ def test_a_workers_traceback_is_not_survived_by_another_processes_progress(tmp_p
         ),
     )
     assert report.verdict.category == "cuda_error"
+
+
+def test_a_ray_actor_death_alone_is_a_peer_failure_not_a_clean_run(tmp_path: Path) -> None:
+    # the driver's view of a dead actor, its frames pasted at the margin: the death's cause is not in the log
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                'File "/usr/local/lib/python3.10/dist-packages/ray/_private/worker.py", line 919, in get_objects',
+                "    raise value.as_instanceof_cause()",
+                "ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=59411, ip=node01, actor_id=13ac9a317247fe69717aac0d02000000)",
+                'File "/home/user/verl/verl/single_controller/ray/base.py", line 49, in func',
+                "    output = ray.get(output)",
+                "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+                "\tclass_name: create_colocated_worker_",
+            ]
+        ),
+    )
+    assert report.verdict.category == "peer_failure"
+
+
+def test_rays_memory_monitor_is_host_memory_not_gpu_memory(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "Traceback (most recent call last):",
+                '  File "/home/user/driver.py", line 40, in <module>',
+                "    ray.get(refs)",
+                "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+                "Memory on the node (IP: 10.0.0.5, ID: 15378de0f928) where the task (task ID: ffff, name=rollout, pid=909447, memory used=31.2GB) was running was 59.1GB / 62.0GB (0.953), which exceeds the memory usage threshold of 0.95.",
+            ]
+        ),
+    )
+    assert report.verdict.category == "host_oom"
