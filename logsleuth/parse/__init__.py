@@ -100,6 +100,7 @@ KEYWORDS: tuple[str, ...] = (
     # structure the parsers fold
     "Traceback",
     'File "',
+    'File \\"',  # a traceback escaped into one line (torchelastic's error file, parse.python)
     "During handling",
     "The above exception",
     "Failures:",

@@ -18,19 +18,25 @@ import polars as pl
 from .common import claim, on_rows_with, streams_with
 
 HEADER = "Traceback (most recent call last):"
-_FRAME = r'^\s+File "([^"]+)", line (\d+)(?:, in (.+))?'
+#: A frame; ``traceback`` indents it by two, pastes that lost the indentation (a quote block
+#: stripped, Ray's layout as users copy it) start it at the margin.
+_FRAME = r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?'
 #: A traceback frame as ``traceback`` prints it (faulthandler writes ``line N in f``, no comma):
 #: one before any header is a traceback whose header was cut off.
-_TRACEBACK_FRAME = r'^\s+File "[^"]+", line \d+, in '
+_TRACEBACK_FRAME = r'^\s*File "[^"]+", line \d+, in '
 #: Frames of installed libraries and of Python itself; the innermost frame that is none of
 #: these is where the job's own code raised (what an expert reads first).
 _LIBRARY_FRAME = r'File "(?:[^"]*/(?:site-packages|dist-packages|lib/python\d[\d.]*|lib64/python\d[\d.]*)/|<frozen |<string>)'
 _CHAIN = r"^(During handling of the above exception, another exception occurred:|The above exception was the direct cause of the following exception:)"
-#: An exception line: a dotted class name (ending like an exception) and an optional message.
-EXCEPTION = (
-    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout|Iteration|Abort|Fault|Empty)"
-    r"|KeyboardInterrupt|SystemExit|StopIteration|c10::\w+)(?::\s?(.*))?$"
+#: The class name of an exception line: a dotted name ending like an exception.
+_EXC_NAME = (
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout|Iteration|Abort|Fault|Empty)"
+    # Ray's class made for a task's exception: RayTaskError(NameError) (ray/exceptions.py as_instanceof_cause)
+    r"(?:\([A-Za-z_][\w.]*\))?"
+    r"|KeyboardInterrupt|SystemExit|StopIteration|c10::\w+"
 )
+#: An exception line: a dotted class name (ending like an exception) and an optional message.
+EXCEPTION = rf"^({_EXC_NAME})(?::\s?(.*))?$"
 #: The header ends its line; text before it is another writer's output the header was glued to
 #: (a progress bar redrawn without a newline, a message printed with ``end=""``).
 #: (torchrun's failure table writes ``traceback : Traceback ...``: its own field, folded by parse.torch.)
@@ -46,6 +52,17 @@ _STRAY_SOURCE = r"""^(?:return\s+|await\s+)?[\w.\[\]'", ]+?\s*[-+*/]?=\s*[\w.\[\
 CUT_OFF = "(traceback cut off before its exception line)"
 _LOOSE = r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(.*))?$"
 
+
+#: Ray's remote traceback inside a local one (ray/exceptions.py): the caller's ``ray.get`` raises
+#: ``RayTaskError(NameError)`` (``as_instanceof_cause``), whose message is the task's own traceback,
+#: headed by ``ray::Func() (pid=.., ip=..)`` instead of ``Traceback ...``, and ends with the task's
+#: exception; an actor whose ``__init__`` raised gives ``ActorDiedError: The actor died because of an
+#: error raised in its creation task, ray::Actor.__init__() (pid=..)`` the same way. Such a line
+#: continues the traceback (or heads it, first in its stream); the task's exception closes it.
+_RAY_REMOTE = (
+    r"^(?:ray\.exceptions\.)?(?:RayTaskError(?:\([\w.]+\))?: "
+    r"|(?:ActorDiedError|RayActorError): The actor died because of an error raised in its creation task)"
+)
 
 #: Lines that belong to another writer even without a prefix (NCCL, SLURM, glog):
 #: they never close a traceback.
@@ -72,11 +89,13 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         msg.str.contains(_HEADER_AT_END).alias("_hdr"),
         msg.str.contains(_FRAME).alias("_frame"),
         msg.str.contains(_CHAIN).alias("_chain"),
+        msg.str.contains(_RAY_REMOTE).alias("_ray"),
     )
-    # a stream whose first traceback line is a frame was cut inside a traceback: that frame heads it
-    # (any header counts as seen, torchrun's ``traceback : Traceback ...`` field too)
-    marks = msg.str.contains(HEADER, literal=True) | (pl.col("_frame") & msg.str.contains(_TRACEBACK_FRAME))
-    headless = marks & (marks.cast(pl.Int32).cum_sum().over("stream") == 1) & pl.col("_frame") & ~foreign
+    # a stream whose first traceback line is a frame (or Ray's remote-traceback line) was cut inside
+    # a traceback: that line heads it (any header counts as seen, torchrun's ``traceback : Traceback ...``
+    # field too)
+    marks = msg.str.contains(HEADER, literal=True) | (pl.col("_frame") & msg.str.contains(_TRACEBACK_FRAME)) | pl.col("_ray")
+    headless = marks & (marks.cast(pl.Int32).cum_sum().over("stream") == 1) & (pl.col("_frame") | pl.col("_ray")) & ~foreign
     t = t.with_columns((pl.col("_hdr") | headless).alias("_hdr"))
     t = t.with_columns(pl.col("_hdr").cum_sum().over("stream").alias("_tb"))
     candidate = (
@@ -84,6 +103,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         & ~pl.col("_hdr")
         & ~pl.col("_frame")
         & ~pl.col("_chain")
+        & ~pl.col("_ray")
         & ~msg.str.contains(r"^\s")
         & (msg != "")
         & ~foreign
@@ -104,7 +124,8 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("line").filter(pl.col("_hdr")).first().alias("block_start"),
         pl.col("line").filter(pl.col("_close")).first().alias("_close_line"),
         pl.col("raw").filter(pl.col("_close")).first().alias("_close_raw"),
-        pl.col("msg").filter(pl.col("_close")).first().alias("_exc"),
+        # a traceback cut before its exception line still names the task's exception class in Ray's line
+        pl.coalesce(pl.col("msg").filter(pl.col("_close")).first(), pl.col("msg").filter(pl.col("_ray")).last()).alias("_exc"),
         pl.col("raw").filter(pl.col("_hdr")).first().alias("_hdr_raw"),
         frames.last().alias("_last_frame"),
         pl.col("msg").filter(pl.col("_frame") & ~pl.col("msg").str.contains(_LIBRARY_FRAME)).last().alias("_user_frame"),
@@ -149,9 +170,22 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.lit("python").alias("source"),
         pl.lit("error").alias("level"),
     )
-    rest = t.filter(~pl.col("_used")).drop("_hdr", "_frame", "_chain", "_tb", "_n", "_close", "_used")
+    rest = t.filter(~pl.col("_used")).drop("_hdr", "_frame", "_chain", "_ray", "_tb", "_n", "_close", "_used")
     return rest, events
 
+
+#: A traceback inside one line, its newlines and quotes escaped: the ``py_callstack`` of torchelastic's
+#: error file (elastic/multiprocessing/errors/error_handler.py, ``record_exception`` writes
+#: ``traceback.format_exc()`` with ``json.dump``), printed whole or in part when the file is shown:
+#: ``{"message": {"message": "RuntimeError: x", "extraInfo": {"py_callstack": "Traceback (most recent
+#: call last):\n  File \"/w/train.py\", line 3, in f\n    g()\nRuntimeError: x\n", ...}}}``.
+#: Its frames (``File \"/w/train.py\", line 3, in f``) or its header mark it.
+_ESCAPED_FRAME = r'File \\+"([^"\\]+)\\+", line (\d+), in ([^\\"]+)'
+_ESCAPED_TRACEBACK = rf"Traceback \(most recent call last\):\\+n|{_ESCAPED_FRAME}"
+#: Its exception line: after an escaped newline, up to the next one (or the end of the string).
+_ESCAPED_EXCEPTION = rf'\\+n({_EXC_NAME})(?::[ ]?((?:[^\\"]|\\+[^\\n])*))?(?:\\+n|"|$)'
+#: Frames of installed libraries, as ``file`` of an escaped frame.
+_LIBRARY_PATH = r"/(?:site-packages|dist-packages|lib/python\d[\d.]*|lib64/python\d[\d.]*)/|^<"
 
 #: torchrun's error file, logged as indented JSON by torch 1.9-1.12 when no error file is set:
 #: ``"message": "RuntimeError: Permission denied",`` (elastic/multiprocessing/errors/error_handler.py).
@@ -159,11 +193,54 @@ _ERROR_FILE_MESSAGE = r'^\s*"message": "(.*?)",?\s*$'
 
 
 def annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
-    """Exception lines outside a traceback (a logged error, torchrun's summary, its error-file JSON)."""
-    return on_rows_with(df, (), _annotate_exceptions, pattern=f"(?:{EXCEPTION})|(?:{_ERROR_FILE_MESSAGE})")
+    """Exception lines outside a traceback (a logged error, torchrun's summary, its error-file JSON),
+    and tracebacks escaped into one line (the error file's ``py_callstack``)."""
+    return on_rows_with(df, (), _annotate_exceptions, pattern=f"(?:{EXCEPTION})|(?:{_ERROR_FILE_MESSAGE})|{_ESCAPED_TRACEBACK}")
+
+
+def _unescape(text: pl.Expr) -> pl.Expr:
+    """JSON string escapes of a message (quotes, backslashes, tabs) as the message printed them."""
+    return text.str.replace_all(r"\\+t", "\t").str.replace_all(r'\\+"', '"').str.replace_all(r"\\\\", "\\", literal=True)
+
+
+def _escaped_traceback(df: pl.DataFrame) -> pl.DataFrame:
+    """Claim the lines that hold an escaped traceback: one traceback event each, its exception line
+    the last one the string holds (the one the process died of; chained ones come before it)."""
+    msg = pl.col("msg")
+    exc = msg.str.extract_all(_ESCAPED_EXCEPTION).list.last()
+    frames = msg.str.extract_all(_ESCAPED_FRAME)
+    last = frames.list.last()
+    own = frames.list.eval(pl.element().filter(~pl.element().str.extract(_ESCAPED_FRAME, 1).str.contains(_LIBRARY_PATH))).list.last()
+
+    def where(frame: pl.Expr) -> pl.Expr:
+        part = [frame.str.extract(_ESCAPED_FRAME, i) for i in (1, 2, 3)]
+        return pl.concat_str([part[0], pl.lit(":"), part[1], pl.lit(" in "), part[2]])
+
+    exc_line = _unescape(pl.concat_str([exc.str.extract(_ESCAPED_EXCEPTION, 1), pl.lit(": "), exc.str.extract(_ESCAPED_EXCEPTION, 2)]))
+    return claim(
+        df,
+        msg.str.contains(_ESCAPED_TRACEBACK),
+        {
+            "kind": pl.lit("traceback"),
+            "source": pl.lit("python"),
+            "level": pl.lit("error"),
+            "exc_type": exc.str.extract(_ESCAPED_EXCEPTION, 1),
+            "msg": pl.coalesce(exc_line, exc.str.extract(_ESCAPED_EXCEPTION, 1), pl.lit(CUT_OFF)),
+            "detail": pl.concat_str(
+                [
+                    pl.lit("frames: "),
+                    frames.list.len().cast(pl.String),
+                    pl.when(last.is_not_null()).then(pl.concat_str([pl.lit("; last: "), where(last)])).otherwise(pl.lit("")),
+                    pl.lit("; escaped in one line"),
+                ]
+            ),
+            "frame": where(own),
+        },
+    )
 
 
 def _annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
+    df = _escaped_traceback(df)
     msg = pl.col("msg")
     inner = msg.str.extract(_ERROR_FILE_MESSAGE, 1).str.replace_all(r"\"", '"', literal=True)
     df = claim(

@@ -55,6 +55,9 @@ IS_FAILURE = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error
 #: The exception torchrun's launcher logs from an error file (``ERROR:...error_handler:{ "message": ...``):
 #: written when a process died of an uncaught exception (elastic's ``@record``), never for a handled one.
 LAUNCHER_ERROR_RECORD = (pl.col("kind") == "exception") & (pl.col("source") == "launcher") & (pl.col("level") == "error")
+#: An exception of Ray's own (ray/exceptions.py: RaySystemError, ActorDiedError, WorkerCrashedError ...) on a line
+#: of its own: Ray raises them in the caller of a task or actor that failed, so the line is that failure's report.
+RAY_ERROR = (pl.col("kind") == "exception") & pl.col("exc_type").str.starts_with("ray.exceptions.")
 #: Messages that end a run without being a failure in themselves (interpreter shutdown noise).
 _SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
 #: A connection being retried (c10d's client socket, NCCL's bootstrap, Gloo): as the last line
@@ -78,7 +81,8 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
     line of its own, an NCCL error return (``init.cc:1234 -> 2``, or PyTorch's
     ``NCCL error: unhandled system error`` / ``ncclSystemError: ...``), the error
-    record torchrun's launcher logs for an exception (its error-file JSON), a fatal
+    record torchrun's launcher logs for an exception (its error-file JSON), an exception of Ray's own
+    (``ray.exceptions.RaySystemError: System error: ...``: the report of a failed task), a fatal
     line (an allocator abort), an error line that ends its file (a log cut right
     after its error), a connection still retried when its log ends, and a log that ends
     while processes are still joining the group (fewer members than its world) all count.
@@ -113,6 +117,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
         | ends_in_error
         | nccl_error
         | LAUNCHER_ERROR_RECORD
+        | RAY_ERROR
     )
     out = events.select(signal.fill_null(False).alias("failure")).to_series()
     if hits is not None:

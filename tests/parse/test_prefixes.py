@@ -71,6 +71,12 @@ CASES = [
     # the Hugging Face test harness (accelerate test) labels its child's streams
     ("stderr: [E ProcessGroupNCCL.cpp:461] To avoid data inconsistency", "To avoid data inconsistency", None, None, None, "error"),
     ("stdout: [rank1]: ValueError: x", "ValueError: x", None, 1, None, None),
+    # torchrun --tee with an empty --role (torchx launches it so): "[{role}{local_rank}]:" is "[4]:"
+    ('[4]:  File "/w/train.py", line 9, in main', ' File "/w/train.py", line 9, in main', None, None, 4, None),
+    ("[0]:Traceback (most recent call last):", "Traceback (most recent call last):", None, None, 0, None),
+    ("[1]:[rank9]: ValueError: x", "ValueError: x", None, 9, 1, None),
+    # ... but a bare "[1]:" is an entry number of torchrun's failure table
+    ("[1]:", "[1]:", None, None, None, None),
 ]
 
 
@@ -113,3 +119,23 @@ def test_a_logger_name_in_a_file_that_is_not_pdsh_output_is_not_a_host() -> None
     lines = ["boto3: retrying the upload", "[rank1]: RuntimeError: x", "srun: error: node01: task 1: Exited with exit code 1"]
     got = peel(pl.DataFrame({"file": ["f"] * 3, "line": [1, 2, 3], "raw": lines}), {"f": 2026})
     assert got["host"].null_count() == 3 and got["msg"][0] == "boto3: retrying the upload"
+
+
+def test_torchx_replica_prefixes_peel_to_the_node_and_the_tee_header_to_the_local_rank() -> None:
+    # torchx log/run puts "{role}/{replica} " before every line of a replica (log_tee_helpers.py)
+    lines = [
+        "trainer/0 [1]:[W socket.cpp:558] [c10d] The client socket has failed to connect to 0.0.0.5:40323",
+        "trainer/1 [0]:Traceback (most recent call last):",
+        "trainer/0 [1]:",
+        "trainer/0 ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0",
+    ]
+    got = peel(pl.DataFrame({"file": ["f"] * 4, "line": [1, 2, 3, 4], "raw": lines}), {"f": 2026})
+    assert got["host"].to_list() == ["trainer/0", "trainer/1", "trainer/0", "trainer/0"]
+    assert got["local_rank"].to_list() == [1, 0, None, None]
+    assert got["msg"].to_list()[1:] == ["Traceback (most recent call last):", "[1]:", "failed (exitcode: 1) local_rank: 0"]
+
+
+def test_a_role_and_number_in_a_file_that_is_not_torchx_output_is_kept() -> None:
+    lines = ["train/0 loss 0.3", "RuntimeError: x", "epoch 3 done"]
+    got = peel(pl.DataFrame({"file": ["f"] * 3, "line": [1, 2, 3], "raw": lines}), {"f": 2026})
+    assert got["host"].null_count() == 3 and got["msg"][0] == "train/0 loss 0.3"

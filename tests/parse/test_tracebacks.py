@@ -143,6 +143,40 @@ def test_torchrun_error_file_json_message_becomes_an_exception_event() -> None:
     assert (exc["exc_type"], exc["message"], exc["level"], exc["line"]) == ("RuntimeError", "RuntimeError: Permission denied", "error", 3)
 
 
+def test_a_traceback_escaped_into_one_line_is_a_traceback_event() -> None:
+    # the error file's py_callstack (error_handler.py record_exception: json.dump of traceback.format_exc())
+    ev = events_of(
+        r"""
+        {"message": {"message": "ValueError: bad \"x\"", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py\", line 346, in wrapper\n    return f(*args, **kwargs)\n  File \"/w/train.py\", line 12, in main\n    raise ValueError('bad \"x\"')\nValueError: bad \"x\"\n", "timestamp": "1692818123"}}}
+        """
+    )
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert (tb["exc_type"], tb["message"], tb["frame"]) == ("ValueError", 'ValueError: bad "x"', "/w/train.py:12 in main")
+    assert tb["detail"].startswith("frames: 2; last: /w/train.py:12 in main")
+
+
+def test_an_escaped_traceback_cut_before_its_header_keeps_its_last_exception() -> None:
+    # a paste that starts inside the error file's JSON: chained exceptions, the last one is the death
+    ev = events_of(
+        r"""
+        \"/w/optim.py\", line 33, in _use_grad\n    ret = func(self)\nKeyError: 'lr'\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"/w/train.py\", line 7, in step\n    opt.step()\nRuntimeError: The size of tensor a (8) must match the size of tensor b (2) at non-singleton dimension 0\n", "timestamp_us": 1692818123557766}
+        """
+    )
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert tb["exc_type"] == "RuntimeError" and tb["message"].endswith("at non-singleton dimension 0")
+
+
+def test_an_escaped_traceback_without_its_exception_line_is_cut_off() -> None:
+    ev = events_of(r"""{"py_callstack": "Traceback (most recent call last):\n  File \"/w/train.py\", line 3, in <module>\n    main()""")
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert tb["message"] == "(traceback cut off before its exception line)" and tb["exc_type"] is None
+
+
+def test_an_escaped_newline_in_a_json_line_without_frames_is_no_traceback() -> None:
+    ev = events_of(r"""{"level": "info", "msg": "epoch 3 done\nValueError: counted 0 bad samples\n"}""")
+    assert ev.filter(pl.col("kind") == "traceback").is_empty()
+
+
 def test_json_message_that_is_not_an_exception_stays_a_line() -> None:
     ev = events_of(
         """
@@ -163,3 +197,62 @@ def test_a_source_line_that_lost_its_indent_to_another_writer_does_not_close_the
     )
     tbs = ev.filter(pl.col("kind") == "traceback")
     assert tbs["exc_type"].to_list() == ["RuntimeError"]
+
+
+def test_rays_remote_traceback_continues_the_callers_and_the_tasks_exception_closes_it() -> None:
+    # ray.get raises RayTaskError(Cause) whose message is the task's traceback (ray/exceptions.py)
+    ev = events_of(
+        """
+        Traceback (most recent call last):
+          File "/home/user/driver.py", line 40, in <module>
+            ray.get(refs)
+          File "/usr/local/lib/python3.10/dist-packages/ray/_private/worker.py", line 919, in get_objects
+            raise value.as_instanceof_cause()
+        ray.exceptions.RayTaskError(KeyError): ray::Trainer.step() (pid=4120, ip=10.0.0.3, actor_id=ea59b6fd5af4141ec9bd37a50a000000)
+          File "/home/user/trainer.py", line 17, in step
+            lr = self.cfg["lr"]
+        KeyError: 'lr'
+        """
+    )
+    tbs = ev.filter(pl.col("kind") == "traceback")
+    assert tbs.height == 1
+    tb = tbs.row(0, named=True)
+    assert (tb["exc_type"], tb["message"], tb["frame"]) == ("KeyError", "KeyError: 'lr'", "/home/user/trainer.py:17 in step")
+
+
+def test_frames_at_the_margin_fold_like_indented_ones() -> None:
+    # a paste that lost the indentation of its frames (a quote block stripped); Ray's line heads it
+    ev = events_of(
+        """
+        ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=59411, ip=node01, actor_id=13ac9a317247fe69717aac0d02000000)
+        File "/home/user/verl/verl/trainer/main_ppo.py", line 183, in run
+            trainer.fit()
+        File "/home/user/verl/verl/single_controller/ray/base.py", line 49, in func
+            output = ray.get(output)
+        ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.
+        \tclass_name: create_colocated_worker_cls.<locals>.WorkerDict
+        """
+    )
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert (tb["exc_type"], tb["line"], tb["block_start"]) == ("ray.exceptions.ActorDiedError", 6, 1)
+    assert tb["detail"].startswith("frames: 2; last: /home/user/verl/verl/single_controller/ray/base.py:49 in func")
+
+
+def test_a_ray_traceback_cut_before_the_tasks_exception_keeps_rays_line() -> None:
+    ev = events_of(
+        """
+        ray.exceptions.RayTaskError(NameError): ray::_RayTrainWorker__execute.get_next() (pid=12422, ip=10.0.0.3)
+          File "/home/ray/anaconda3/lib/python3.8/site-packages/ray/train/_internal/utils.py", line 129, in discard_return_wrapper
+            train_func(*args, **kwargs)
+        """
+    )
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert tb["exc_type"] == "ray.exceptions.RayTaskError(NameError)" and tb["message"].startswith(
+        "ray.exceptions.RayTaskError(NameError): ray::"
+    )
+
+
+def test_a_ray_exception_line_on_its_own_is_an_exception_event() -> None:
+    ev = events_of("(TorchTrainer pid=811) ray.exceptions.RayTaskError(ValueError): ray::_Inner.train() (pid=811, ip=10.0.0.3)\n")
+    exc = ev.filter(pl.col("kind") == "exception").row(0, named=True)
+    assert exc["exc_type"] == "ray.exceptions.RayTaskError(ValueError)"

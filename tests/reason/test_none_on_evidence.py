@@ -218,6 +218,26 @@ def test_the_launchers_error_record_is_a_failure_though_the_log_goes_on(tmp_path
     assert report.verdict.category != "none"
 
 
+def test_the_error_files_escaped_traceback_and_a_tee_header_without_a_role_are_a_failure(tmp_path: Path) -> None:
+    # the tail of torchelastic's error-file JSON (its py_callstack, newlines escaped), then rank 4's
+    # own traceback under torchrun's "[4]:" header (an empty --role)
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                r"\"/w/torch/optim/optimizer.py\", line 33, in _use_grad\n    ret = func(self, *args, **kwargs)\n"
+                r"  File \"/w/torch/optim/adamw.py\", line 502, in _multi_tensor_adamw\n    torch._foreach_add_(exp_avgs, grads)\n"
+                r"RuntimeError: The size of tensor a (8192384) must match the size of tensor b (262156288) at non-singleton dimension 0\n"
+                r'", "timestamp_us": 1692818123557766}',
+                '[4]:  File "/usr/lib/python3.8/runpy.py", line 194, in _run_module_as_main',
+                "[4]:    return _run_code(code, main_globals, None,",
+            ]
+        ),
+    )
+    assert report.verdict.category == "user_code_error"
+    assert any("The size of tensor a" in e.text for e in report.verdict.evidence)
+
+
 def test_an_nccl_warn_no_rule_knows_is_a_failure(tmp_path: Path) -> None:
     report = _verdict(
         tmp_path,
@@ -353,3 +373,38 @@ def test_a_log_of_set_up_lines_alone_is_not_an_all_clear(tmp_path: Path) -> None
 )
 def test_set_up_lines_followed_by_work_or_an_ending_read_clean(tmp_path: Path, after: str) -> None:
     assert _verdict(tmp_path, _SET_UP + "\n" + after).verdict.category == "none"
+
+
+def test_a_ray_actor_death_alone_is_a_peer_failure_not_a_clean_run(tmp_path: Path) -> None:
+    # the driver's view of a dead actor, its frames pasted at the margin: the death's cause is not in the log
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                'File "/usr/local/lib/python3.10/dist-packages/ray/_private/worker.py", line 919, in get_objects',
+                "    raise value.as_instanceof_cause()",
+                "ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunner.run() (pid=59411, ip=node01, actor_id=13ac9a317247fe69717aac0d02000000)",
+                'File "/home/user/verl/verl/single_controller/ray/base.py", line 49, in func',
+                "    output = ray.get(output)",
+                "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+                "\tclass_name: create_colocated_worker_",
+            ]
+        ),
+    )
+    assert report.verdict.category == "peer_failure"
+
+
+def test_rays_memory_monitor_is_host_memory_not_gpu_memory(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "Traceback (most recent call last):",
+                '  File "/home/user/driver.py", line 40, in <module>',
+                "    ray.get(refs)",
+                "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+                "Memory on the node (IP: 10.0.0.5, ID: 15378de0f928) where the task (task ID: ffff, name=rollout, pid=909447, memory used=31.2GB) was running was 59.1GB / 62.0GB (0.953), which exceeds the memory usage threshold of 0.95.",
+            ]
+        ),
+    )
+    assert report.verdict.category == "host_oom"
