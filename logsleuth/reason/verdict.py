@@ -49,6 +49,7 @@ FAILURE_KINDS = (
     "slurm_failed",
     "slurm_memory_error",
     "slurm_node_failure",
+    "signal_report",
 )
 #: An event of a failure kind at error level: a process or the job failed here.
 IS_FAILURE = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
@@ -127,7 +128,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
 #: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
 EXIT_KINDS = ("child_failed", "agent_worker_failed", "srun_exit")
 #: What a rank says about its own failure (its exit record then only summarises it).
-DETAIL_KINDS = ("traceback", "cpp_terminate", "cpp_what", "exception", "watchdog_timeout", "gloo_timeout", "nccl_warn")
+DETAIL_KINDS = ("traceback", "cpp_terminate", "cpp_what", "exception", "watchdog_timeout", "gloo_timeout", "nccl_warn", "signal_report")
 #: Signals launchers send to stop the survivors.
 TEARDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 #: Exceptions that launchers raise about their children, never a cause in themselves.
