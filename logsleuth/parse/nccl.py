@@ -1,7 +1,9 @@
 """NCCL debug lines (NVIDIA/nccl src/debug.cc).
 
 ``[stamp]<host>:<pid>:<tid> [<cudaDev>] [<file>:<line> [(func)] ]NCCL INFO|WARN <msg>``;
-old releases omit the stamp and ``(func)``, very old ones the host. The bracket
+old releases omit the stamp and ``(func)``, very old ones the host. A line pasted without
+its ``host:pid:tid [dev]`` prefix (``graph/topo.h:230 NCCL WARN Could not find NET with
+id 0``) is still NCCL's line, without node and pid. The bracket
 number is the CUDA device, not a rank: ranks come from ``Init COMPLETE`` lines,
 which map (host, pid) to a global rank for the other lines of that process.
 """
@@ -14,7 +16,7 @@ from .common import claim, field, integer, on_rows_with, short_host
 
 _LINE = (
     r"^(?:\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?)?"
-    r"(?:(?P<host>[\w.%/-]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<dev>\d+)\] "
+    r"(?:(?:(?P<host>[\w.%/-]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<dev>\d+)\] )?"
     r"(?:(?P<src>[\w./-]+:\d+) (?:\((?P<func>\w+)\) )?)?"
     r"NCCL (?P<lvl>INFO|WARN|TRACE|CALL|ABORT)\b ?(?P<body>.*)$"
 )

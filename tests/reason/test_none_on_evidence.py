@@ -319,3 +319,23 @@ def test_a_workers_traceback_is_not_survived_by_another_processes_progress(tmp_p
         ),
     )
     assert report.verdict.category == "cuda_error"
+
+
+def test_a_paste_of_an_unknown_nccl_warn_and_a_cut_traceback_header_is_not_a_clean_run(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "graph/topo.h:230 NCCL WARN Could not find NET with id 0",
+                "distributed_backend=nccl",
+                "All distributed processes registered. Starting with 32 processes",
+                "[rank4]: Traceback (most recent call l",
+            ]
+        ),
+    )
+    assert report.verdict.category == "unknown"
+
+
+def test_an_nccl_warn_without_its_prefix_alone_is_not_a_clean_run(tmp_path: Path) -> None:
+    report = _verdict(tmp_path, f"{_PROGRESS}\ngraph/topo.h:230 NCCL WARN Could not find NET with id 0\nepoch 1 | step 60 | loss 1.2")
+    assert report.verdict.category != "none"
