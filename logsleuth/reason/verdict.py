@@ -158,8 +158,10 @@ SYMPTOMS: dict[str, frozenset[str]] = {
     "nccl_wrong_interface": frozenset({"peer_failure", "collective_timeout", "unknown", "master_unreachable", "rendezvous_timeout"}),
     "env_misconfigured": frozenset({"peer_failure", "collective_timeout", "unknown", "rendezvous_timeout"}),
 }
-#: What programs report when their GPU fails under them.
-HARDWARE_SYMPTOMS = frozenset({"cuda_error", "crash_signal", "collective_timeout", "peer_failure", "unknown"})
+#: What programs report when their GPU fails under them. A GPU that needs a reset or fell off the bus
+#: is also one CUDA cannot use or see: "CUDA-capable device(s) is/are busy or unavailable", "no CUDA
+#: GPUs are available", an ordinal past the GPUs left (device_misassignment's wordings).
+HARDWARE_SYMPTOMS = frozenset({"cuda_error", "crash_signal", "collective_timeout", "peer_failure", "unknown", "device_misassignment"})
 #: A stalled collective with a SeqNum above this shows the job had been running:
 #: set-up problems (versions, interfaces) are then unlikely to be the cause.
 PROGRESS_SEQ = 2
@@ -921,8 +923,9 @@ def _with_findings(
 
 
 def _hardware_first(cands: list[Candidate], ev: pl.DataFrame, notes: list[str]) -> list[Candidate]:
-    """A GPU the driver reports as faulty (Xid, ECC, fallen off the bus) explains the CUDA
-    errors, crashes and stalls the programs saw, whichever file happens to come first."""
+    """A GPU the driver reports as faulty (Xid, ECC, fallen off the bus, needing a reset) explains
+    the CUDA errors, crashes, stalls and unusable devices the programs saw, whichever file
+    happens to come first."""
     fault = next((c for c in cands if c.category == "gpu_hardware_fault" and c.role == "primary" and c.weight >= STRONG), None)
     if fault is None or (cands[0] is not fault and cands[0].category not in HARDWARE_SYMPTOMS):
         return cands

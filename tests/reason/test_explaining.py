@@ -51,6 +51,20 @@ def test_an_nvidia_xid_explains_the_cuda_error_a_rank_raised_first(tmp_path: Pat
     assert [c.category for c in report.candidates][:2] == ["gpu_hardware_fault", "cuda_error"]
 
 
+def test_a_gpu_the_driver_says_needs_a_reset_explains_a_device_cuda_calls_busy_or_unavailable(tmp_path: Path) -> None:
+    # the test's file sorts first and nothing carries a timestamp CUDA's line could be ordered by
+    (tmp_path / "a-nccl-tests.log").write_text("Test CUDA failure common.cu:1007\n'CUDA-capable device(s) is/are busy or unavailable'\n")
+    (tmp_path / "dmesg.log").write_text(
+        "[Sun Jan 11 09:52:01 2026] NVRM: rpcRmApiAlloc_GSP: GspRmAlloc failed: hClient=0xc1d1a616; hParent=0x5c000054;"
+        " hObject=0x5c00005b; hClass=0x0000c86f; paramsSize=0x00000170; paramsStatus=0x00000062; status=0x00000062\n"
+        "[Sun Jan 11 09:52:01 2026] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED]"
+        " (0x00000062) returned from status @ kernel_channel.c:2874\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "gpu_hardware_fault"
+    assert [c.category for c in report.candidates][:2] == ["gpu_hardware_fault", "device_misassignment"]
+
+
 def test_nodes_on_different_nccl_versions_explain_a_socket_family_error(tmp_path: Path) -> None:
     (tmp_path / "worker-0.out").write_text(
         "worker-0:28168:29020 [0] NCCL INFO NCCL version 2.20.5+cuda12.2\n"
