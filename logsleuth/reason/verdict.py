@@ -78,7 +78,9 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     A job reads as ``none`` only when no event does. Besides the failure kinds
     (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
     line of its own, an NCCL error return (``init.cc:1234 -> 2``, or PyTorch's
-    ``NCCL error: unhandled system error`` / ``ncclSystemError: ...``), the error
+    ``NCCL error: unhandled system error`` / ``ncclSystemError: ...``), a c10 exception's
+    stack dump (``Exception raised from <fn> at <file>:<line>``, ``frame #0: c10::Error::Error(``,
+    parse.torch's cpp_stack events), the error
     record torchrun's launcher logs for an exception (its error-file JSON), a fatal
     line (an allocator abort), an error line that ends its file (a log cut right
     after its error), a connection still retried when its log ends, and a log that ends
@@ -109,6 +111,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     nccl_error = level.is_in(["error", "fatal"]) & msg.str.contains(NCCL_ERROR_RETURN).fill_null(False)
     signal = (
         IS_FAILURE
+        | (kind == "cpp_stack")
         | (kind.is_in(["nccl_unwind", "line"]) & (pl.col("exit_code").fill_null(0) != 0))
         | (level == "fatal")
         | ends_in_error

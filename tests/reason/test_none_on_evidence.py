@@ -339,3 +339,30 @@ def test_a_paste_of_an_unknown_nccl_warn_and_a_cut_traceback_header_is_not_a_cle
 def test_an_nccl_warn_without_its_prefix_alone_is_not_a_clean_run(tmp_path: Path) -> None:
     report = _verdict(tmp_path, f"{_PROGRESS}\ngraph/topo.h:230 NCCL WARN Could not find NET with id 0\nepoch 1 | step 60 | loss 1.2")
     assert report.verdict.category != "none"
+
+
+def test_a_c10_stack_dump_alone_is_not_a_clean_run(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        f"{_PROGRESS}\n"
+        "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43 (most recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f1e10143d87 in /opt/venv/lib/libc10.so)\n"
+        "frame #1: <unknown function> + 0xe5aa84 (0x1554e9aa1a84 in /opt/venv/lib/libtorch_cuda.so)\n"
+        f"{_PROGRESS}",
+    )
+    assert report.verdict.category != "none"
+
+
+def test_a_watchdog_stack_from_check_timeout_reads_as_a_collective_timeout(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x1554e8b12f86 in /opt/venv/lib/libc10.so)\n"
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >)"
+        " + 0x1d2 (0x1554e9e0f8f2 in /opt/venv/lib/libtorch_cuda.so)\n"
+        "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x1554e9e16333 in /opt/venv/lib/libtorch_cuda.so)\n"
+        "frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x10c (0x1554e9e1871c in /opt/venv/lib/libtorch_cuda.so)\n"
+        "\n"
+        "Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1521 (most recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x1554e8b12f86 in /opt/venv/lib/libc10.so)",
+    )
+    assert report.verdict.category == "collective_timeout"
