@@ -366,3 +366,28 @@ def test_a_watchdog_stack_from_check_timeout_reads_as_a_collective_timeout(tmp_p
         "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x1554e8b12f86 in /opt/venv/lib/libc10.so)",
     )
     assert report.verdict.category == "collective_timeout"
+
+
+_RAY_DEATH = (
+    "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the problem, check"
+    " the logs for the dead worker. RayTask ID: fffffffffffffffff5729b4c48481e2a8ef1526f02000000 Worker ID: 39a9e9de Node ID: 1f94cb55"
+    " Worker IP address: 10.0.0.2 Worker port: 10005 Worker PID: 833 Worker exit type: SYSTEM_ERROR Worker exit detail: Worker"
+    " unexpectedly exits with a connection error code 2. End of file. There are some potential root causes. (1) The process is killed"
+    " by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called. (3) The worker is crashed unexpectedly due"
+    " to SIGSEGV or other unexpected errors. [repeated 8x across cluster]"
+)
+
+
+def test_the_watchdog_timeout_outranks_the_ray_worker_death_it_caused(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        f"{_RAY_DEATH}\n(WorkerDict pid=833, ip=10.0.0.1) [rank62]:[E809 14:59:33.656957424 ProcessGroupNCCL.cpp:629] [Rank 62]"
+        " Watchdog caught collective oper",
+    )
+    assert report.verdict.category == "collective_timeout"
+
+
+def test_a_ray_worker_death_alone_is_a_crash_not_a_segfault_or_a_clean_run(tmp_path: Path) -> None:
+    report = _verdict(tmp_path, _RAY_DEATH)
+    assert report.verdict.category == "crash_signal"
+    assert report.candidates[0].rules == ["SIG011"]
