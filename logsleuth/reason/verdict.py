@@ -160,6 +160,8 @@ SYMPTOMS: dict[str, frozenset[str]] = {
     ),
     "nccl_wrong_interface": frozenset({"peer_failure", "collective_timeout", "unknown", "master_unreachable", "rendezvous_timeout"}),
     "env_misconfigured": frozenset({"peer_failure", "collective_timeout", "unknown", "rendezvous_timeout"}),
+    # two ranks on one GPU: NCCL refuses or hangs at init, the processes crash or wait for each other
+    "device_misassignment": frozenset({"peer_failure", "collective_timeout", "unknown", "crash_signal", "rendezvous_timeout"}),
 }
 #: What programs report when their GPU fails under them. A GPU that needs a reset or fell off the bus
 #: is also one CUDA cannot use or see: "CUDA-capable device(s) is/are busy or unavailable", "no CUDA

@@ -84,3 +84,16 @@ def test_the_same_socket_family_error_with_one_nccl_version_is_the_interface(tmp
     )
     (tmp_path / "worker-1.out").write_text("worker-1:28172:28233 [0] NCCL INFO NCCL version 2.20.5+cuda12.2\n")
     assert logsleuth.analyze([str(tmp_path)]).verdict.category == "nccl_wrong_interface"
+
+
+def test_two_ranks_on_one_gpu_explain_the_tracebacks_no_rule_knows(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "node01:2870757:2870757 [0] NCCL INFO comm 0x560c6a8aafd0 rank 0 nranks 2 cudaDev 0 busId 86000 - Abort COMPLETE\n"
+        "node01:2870756:2870756 [0] NCCL INFO comm 0x55592676f080 rank 1 nranks 2 cudaDev 0 busId 86000 - Abort COMPLETE\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/user/multinode.py", line 113, in <module>\n'
+        "    self.model = DDP(self.model, device_ids=[self.local_rank])\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "device_misassignment"
+    assert report.verdict.first_failure.node == "node01"
