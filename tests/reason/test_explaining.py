@@ -97,3 +97,32 @@ def test_two_ranks_on_one_gpu_explain_the_tracebacks_no_rule_knows(tmp_path: Pat
     report = logsleuth.analyze([str(tmp_path)])
     assert report.verdict.category == "device_misassignment"
     assert report.verdict.first_failure.node == "node01"
+
+
+def test_a_gloo_peer_on_the_debian_host_name_loopback_is_the_interface_not_the_store(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:769] connect [127.0.1.1]:25472: Connection refused\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "nccl_wrong_interface"
+
+
+def test_nccl_on_loopback_in_a_two_node_job_is_the_interface(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "node01:4000:4000 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+        "node02:4100:4100 [0] NCCL INFO Bootstrap : Using lo:127.0.1.1<0>\n"
+        "[rank1]: RuntimeError: Connection refused\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "nccl_wrong_interface"
+
+
+def test_a_refused_store_on_127_0_0_1_in_a_single_node_job_stays_master_unreachable(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "node01:4000:4000 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>\n"
+        "node01:4001:4001 [1] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>\n"
+        "[rank1]: torch.distributed.DistNetworkError: The client socket has failed to connect to [127.0.0.1]:29500"
+        " (errno: 111 - Connection refused).\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "master_unreachable"
