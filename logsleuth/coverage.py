@@ -1,7 +1,7 @@
 """`logsleuth rules coverage`: how much of what the software can print the rules map.
 
 The message catalogue (``catalogue/<source>.toml``, one ``[[message]]`` per distinct
-message of PyTorch, NCCL, Gloo, SLURM, CUDA and the DeepSpeed, Lightning, accelerate and Ray
+message of PyTorch, NCCL, Gloo, SLURM, CUDA, Open MPI and the DeepSpeed, Lightning, accelerate and Ray
 launchers) records each message's format string, where it comes from and in which
 versions, one realistic log line (``sample``), and its mapping: a cause with the role a
 rule gives it, or ``harmless = true``. Every sample is run through the real pipeline
@@ -37,7 +37,7 @@ BUILTIN_CATALOGUE = Path(os.environ.get("LOGSLEUTH_CATALOGUE_DIR", Path(__file__
 if not BUILTIN_CATALOGUE.is_dir():
     BUILTIN_CATALOGUE = Path(__file__).resolve().parent / "catalogue"
 
-SOURCES = ("pytorch", "nccl", "gloo", "slurm", "cuda", "deepspeed", "lightning", "accelerate", "ray")
+SOURCES = ("pytorch", "nccl", "gloo", "slurm", "cuda", "deepspeed", "lightning", "accelerate", "ray", "openmpi")
 LEVELS = ("error", "warning", "info")
 _REQUIRED = ("id", "source", "origin", "versions", "level", "template", "sample")
 _FIELDS = frozenset({*_REQUIRED, "cause", "role", "harmless", "note"})

@@ -48,6 +48,12 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "step": pl.Int64(),  # a progress line's step or iteration counter ("step 90", "iteration 90/1000", tqdm's "90/620 [")
     "address": pl.String(),  # an IPv4 address the line names: its own on NCCL's "Using" lines, else a peer's
     "nranks": pl.Int32(),
+    # an NCCL communicator line ("comm 0x.. rank 1 nranks 2 cudaDev 0 busId 86000 [commId 0x..] - Init COMPLETE",
+    # Abort/Destroy COMPLETE): the process's rank in that communicator, its GPU and the communicator's id
+    "comm_rank": pl.Int32(),
+    "device": pl.Int32(),  # the CUDA device index (cudaDev)
+    "bus_id": pl.String(),  # the GPU's PCI bus id as NCCL prints it (busId, hex)
+    "comm_id": pl.String(),  # the communicator's commId hash (NCCL >= 2.18), the same in every process of it
     "job": pl.String(),  # SLURM job or step id
     "reason": pl.String(),  # SLURM cancel reason, etc.
     "tasks": pl.String(),  # SLURM task range, e.g. "0-3,5"

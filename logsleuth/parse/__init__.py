@@ -12,7 +12,7 @@ import polars as pl
 from logsleuth import events
 from logsleuth.events import matching
 
-from . import nccl, prefixes, python, slurm, torch
+from . import mpi, nccl, prefixes, python, slurm, torch
 
 #: Literal strings that make a raw line worth parsing (the ingest prefilter).
 #: Rules add their own keywords; these are what the parsers themselves need.
@@ -169,6 +169,7 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     )
     df, tracebacks = python.fold(df)
     df, failures = torch.fold_failure_tables(df)
+    df, reports = mpi.fold(df)
     df = slurm.annotate(df)
     df = nccl.annotate(df)
     df = torch.annotate(df)
@@ -191,7 +192,7 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         .otherwise(pl.col("exit_code"))
         .alias("exit_code"),
     ).filter((pl.col("kind") != "line") | ~msg.str.contains(r"^\s*(?:[=\-*#~_]{5,}\s*)?$"))
-    df = pl.concat([df, tracebacks, failures], how="diagonal_relaxed")
+    df = pl.concat([df, tracebacks, failures, reports], how="diagonal_relaxed")
     df = torch.enrich(df)
     df = nccl.attribute_ranks(df)
     df = df.with_columns(

@@ -1,7 +1,9 @@
 """NCCL debug lines (NVIDIA/nccl src/debug.cc).
 
 ``[stamp]<host>:<pid>:<tid> [<cudaDev>] [<file>:<line> [(func)] ]NCCL INFO|WARN <msg>``;
-old releases omit the stamp and ``(func)``, very old ones the host. The bracket
+old releases omit the stamp and ``(func)``, very old ones the host. A line pasted without
+its ``host:pid:tid [dev]`` prefix (``graph/topo.h:230 NCCL WARN Could not find NET with
+id 0``) is still NCCL's line, without node and pid. The bracket
 number is the CUDA device, not a rank: ranks come from ``Init COMPLETE`` lines,
 which map (host, pid) to a global rank for the other lines of that process.
 """
@@ -14,13 +16,16 @@ from .common import claim, field, integer, on_rows_with, short_host
 
 _LINE = (
     r"^(?:\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?)?"
-    r"(?:(?P<host>[\w.%/-]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<dev>\d+)\] "
+    r"(?:(?:(?P<host>[\w.%/-]+):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<dev>\d+)\] )?"
     r"(?:(?P<src>[\w./-]+:\d+) (?:\((?P<func>\w+)\) )?)?"
     r"NCCL (?P<lvl>INFO|WARN|TRACE|CALL|ABORT)\b ?(?P<body>.*)$"
 )
 _VERSION = r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?"
 _BARE_VERSION = r"^\s*NCCL version (?P<v>\d+\.\d+\.\d+)(?:\+cuda[\d.]+)?\s*$"
 _INIT = r"comm (0x[0-9a-fA-F]+) rank (\d+) nr?anks (\d+)\b.*Init COMPLETE"
+#: Any communicator line: Init START/COMPLETE, Abort/Destroy COMPLETE, Revoke (init.cc, v2.7-HEAD; nvmlDev from 2.18).
+_COMM = r"comm (0x[0-9a-fA-F]+) rank (\d+) n[Rr]anks (\d+) cudaDev (\d+)(?: nvmlDev \d+)? busId ([0-9a-fA-F]+)\b"
+_COMM_ID = r"\bcommId (0x[0-9a-fA-F]+)\b"
 _BOOTSTRAP_IF = r"Bootstrap ?: Using ([^:\s]+):"
 _NET_IF = r"NET/(?:Socket|IB) ?: Using \[\d+\]([^:\s]+)"
 _ENV = r"(NCCL_\w+) set by environment to (\S+)"
@@ -34,7 +39,8 @@ def annotate(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _annotate(df: pl.DataFrame) -> pl.DataFrame:
-    """Claim NCCL lines; fill node, pid, version, interface, rank and nranks."""
+    """Claim NCCL lines; fill node, pid, version, interface, rank and nranks, and for communicator
+    lines the process's rank in it, its GPU (cudaDev, busId) and the communicator's commId."""
     parts = pl.col("msg").str.extract_groups(_LINE)
     df = df.with_columns(parts.alias("_n"))
     n = pl.col("_n")
@@ -87,7 +93,11 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
                 field(body, _BOOTSTRAP_IF, 1), field(body, _NET_IF, 1), field(body, r"NCCL_SOCKET_IFNAME set by environment to (\S+)", 1)
             ),
             "rank": pl.coalesce(integer(body, _INIT, 2).cast(pl.Int32), pl.col("rank")),
-            "nranks": integer(body, _INIT, 3).cast(pl.Int32),
+            "nranks": pl.coalesce(integer(body, _INIT, 3), integer(body, _COMM, 3)).cast(pl.Int32),
+            "comm_rank": integer(body, _COMM, 2).cast(pl.Int32),
+            "device": integer(body, _COMM, 4).cast(pl.Int32),
+            "bus_id": field(body, _COMM, 5),
+            "comm_id": field(body, _COMM_ID, 1),
             "detail": pl.coalesce(
                 pl.concat_str([field(body, _ENV, 1), pl.lit("="), field(body, _ENV, 2)]),
                 pl.when(src.is_not_null()).then(

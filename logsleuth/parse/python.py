@@ -69,11 +69,32 @@ _RAY_REMOTE = (
 _FOREIGN = r"NCCL (?:INFO|WARN)|^(?:slurmstepd|srun)[\w.-]*: "
 
 
+#: A header the paste cut short (``[rank4]: Traceback (most recent call l``), after any glued text.
+_CUT_HEADER = r"(?:^|[^:\s]\s*)(Traceback \(most(?: .*?)?)\s*$"
+
+
+def _complete_cut_header(df: pl.DataFrame) -> pl.DataFrame:
+    """A traceback header cut short where its file ends (a paste that stops inside the line) is
+    the header all the same: it is completed, so it folds into a traceback cut off before its
+    exception line. Only the last line of a file counts: a line cut in the middle of a log is
+    another writer's text interleaved, not a header."""
+    last = (pl.col("line") == pl.col("line").max().over("file")) & pl.col("msg").str.contains("Traceback (most", literal=True)
+    if not df.select(last.any()).item():
+        return df
+    tail = pl.col("msg").str.extract(_CUT_HEADER, 1)
+    cut = last & tail.is_not_null() & pl.lit(HEADER).str.starts_with(tail) & (tail != HEADER)
+    return df.with_columns(
+        pl.when(cut).then(pl.col("msg").str.replace(r"Traceback \(most.*$", HEADER)).otherwise(pl.col("msg")).alias("msg")
+    )
+
+
 def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Return (the table without traceback lines, one event per traceback).
 
     Only streams that print a traceback header, or a frame of one whose header was cut off, are folded.
+    A header cut short by the end of its file counts (see _complete_cut_header).
     """
+    df = _complete_cut_header(df)
     inside, others = streams_with(df, f"{_HEADER_AT_END}|{_TRACEBACK_FRAME}")
     if inside.is_empty():
         return df, df.clear()

@@ -1,5 +1,5 @@
-"""PyTorch and torchrun lines: watchdog timeouts, agent exits, C++ terminate blocks,
-and the torchrun ChildFailedError failure table.
+"""PyTorch and torchrun lines: watchdog timeouts, agent exits, C++ terminate blocks and
+c10 exception stack dumps, and the torchrun ChildFailedError failure table.
 
 Strings checked in pytorch/pytorch (ProcessGroupNCCL.cpp, elastic/multiprocessing/
 api.py and errors/__init__.py) and in the 2.13/2.14 wheels.
@@ -19,6 +19,11 @@ _DEATH = r"Received (SIG\w+|\d+) death signal, shutting down workers"
 _TERMINATE = r"terminate called after throwing an instance of '([^']+)'"
 _WHAT = r"^\s*what\(\):\s+(.*)$"
 _GLOO_TIMEOUT = r"Timed out waiting (\d+)ms for (recv|send) operation to complete"
+#: c10::Error's stack dump (c10/util/Exception.cpp, Logging.cpp; every torch since 1.x): the function,
+#: file and line where a C++ exception was raised, then ``frame #N: <symbol> + 0x.. (0x.. in <lib>)``
+#: lines whose frame #0 is the exception's constructor (``c10::Error::Error(...)``).
+_RAISED_FROM = r"^Exception raised from (\S+) at (\S+:\d+) \(most recent call first\):"
+_THROW_FRAME = r"^frame #0: (c10d?::(?:\w+::)*\w*(?:Error|Exception)::\w*(?:Error|Exception))\("
 #: Field lines of the ChildFailedError table (errors/__init__.py _FAILURE_FORMAT_TEMPLATE).
 _CFE_FIELD = r"^\s{1,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$"
 _CFE_SECTION = r"^\s*(Root Cause \(first observed failure\)|Failures):\s*$"
@@ -39,6 +44,8 @@ TRIGGERS = (
     "closing signal",
     "death signal",
     "terminate called",
+    "Exception raised from",
+    "frame #0: c10",
 )
 ENRICH_TRIGGERS = ("Work", "Rank ", "on rank ")
 
@@ -115,7 +122,8 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(pl.when(is_what).then(field(msg, _WHAT)).otherwise(msg).alias("msg"), is_what.alias("_what"))
     df = claim(
         df,
-        msg.str.contains("Watchdog caught collective operation timeout")
+        # "Watchdog caught collective operation timeout" (the only wording; a paste may cut it short)
+        msg.str.contains("Watchdog caught collective", literal=True)
         | (msg.str.contains(_WORK) & msg.str.contains(r"ran for \d+ milliseconds")),
         {"kind": pl.lit("watchdog_timeout"), "source": pl.lit("torch"), "level": pl.lit("error")},
     )
@@ -172,6 +180,18 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
         {"kind": pl.lit("cpp_terminate"), "source": pl.lit("torch"), "level": pl.lit("fatal"), "exc_type": field(msg, _TERMINATE)},
     )
     df = claim(df, pl.col("_what"), {"kind": pl.lit("cpp_what"), "source": pl.lit("torch"), "level": pl.lit("fatal")})
+    df = claim(
+        df,
+        msg.str.contains(_RAISED_FROM) | msg.str.contains(_THROW_FRAME),
+        {
+            "kind": pl.lit("cpp_stack"),
+            "source": pl.lit("torch"),
+            "level": pl.lit("error"),
+            "detail": pl.coalesce(
+                pl.concat_str([field(msg, _RAISED_FROM, 1), pl.lit(" at "), field(msg, _RAISED_FROM, 2)]), field(msg, _THROW_FRAME, 1)
+            ),
+        },
+    )
     return _attach_what(df).drop("_what")
 
 

@@ -66,6 +66,59 @@ def check(events: pl.DataFrame) -> list[Finding]:
     out += _env(ev)
     out += _world(ev)
     out += _membership(ev)
+    out += _shared_gpus(ev)
+    return out
+
+
+def _shared_gpus(ev: pl.DataFrame) -> list[Finding]:
+    """Two processes of one communicator on the same GPU of the same node (NCCL's communicator
+    lines, parse.nccl: ``comm 0x.. rank 0 nranks 2 cudaDev 0 busId 86000 - Init COMPLETE`` /
+    ``- Abort COMPLETE``): the ranks were mapped to GPUs wrongly (every process on cuda:0, a
+    LOCAL_RANK that is not the local one), what NCCL >= 2.5 refuses as "Duplicate GPU detected".
+
+    A communicator is told by its commId where NCCL prints one (2.18+), else by its size. A rank
+    of a communicator held by two processes is a restart (a new process took its place) or several
+    communicators of that size: such groups are not compared, so a restarted job never reads as
+    two processes sharing a GPU.
+    """
+    comm = ev.filter(
+        pl.col("bus_id").is_not_null() & pl.col("node").is_not_null() & pl.col("pid").is_not_null() & pl.col("comm_rank").is_not_null()
+    )
+    if comm.is_empty():
+        return []
+    key = ["nranks", "comm_id"]
+    restarted = comm.group_by([*key, "comm_rank"]).agg(pl.col("pid").n_unique().alias("_pids")).filter(pl.col("_pids") > 1)
+    comm = comm.join(restarted.select(key).unique(), on=key, how="anti", nulls_equal=True)
+    shared = (
+        comm.group_by([*key, "node", "bus_id"], maintain_order=True)
+        .agg(
+            pl.col("pid").unique(maintain_order=True).alias("pids"),
+            pl.coalesce("rank", "comm_rank").unique(maintain_order=True).alias("ranks"),
+            pl.col("device").drop_nulls().first(),
+            pl.col("eid").sort().first().alias("_first"),
+        )
+        .filter(pl.col("pids").list.len() > 1)
+    )
+    out: list[Finding] = []
+    for row in shared.iter_rows(named=True):  # one per shared GPU: few
+        pids = [int(p) for p in row["pids"]]
+        mine = comm.filter(pl.col("pid").is_in(pids) & (pl.col("node") == row["node"]) & (pl.col("bus_id") == row["bus_id"]))
+        eids = mine.sort("eid").unique("pid", keep="first", maintain_order=True).get_column("eid").head(4).to_list()
+        ranks = sorted(int(r) for r in row["ranks"] if r is not None)
+        dev = f" (cudaDev {row['device']})" if row["device"] is not None else ""
+        who = ", ".join(str(r) for r in ranks) if ranks else "?"
+        out.append(
+            Finding(
+                cause="device_misassignment",
+                what="GPU shared by two processes",
+                nodes=[row["node"]],
+                ranks=ranks,
+                eids=[int(e) for e in eids],
+                summary=f"ranks {who} (processes {', '.join(str(p) for p in pids[:4])}) on {row['node']} all use the GPU at busId"
+                f" {row['bus_id']}{dev}: two processes of one communicator on one GPU, the ranks are not mapped to their own GPUs",
+                weight=0.85,
+            )
+        )
     return out
 
 

@@ -49,6 +49,7 @@ FAILURE_KINDS = (
     "slurm_failed",
     "slurm_memory_error",
     "slurm_node_failure",
+    "signal_report",
 )
 #: An event of a failure kind at error level: a process or the job failed here.
 IS_FAILURE = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
@@ -80,7 +81,9 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     A job reads as ``none`` only when no event does. Besides the failure kinds
     (tracebacks, watchdog timeouts, exit records), a non-zero exit status on a
     line of its own, an NCCL error return (``init.cc:1234 -> 2``, or PyTorch's
-    ``NCCL error: unhandled system error`` / ``ncclSystemError: ...``), the error
+    ``NCCL error: unhandled system error`` / ``ncclSystemError: ...``), a c10 exception's
+    stack dump (``Exception raised from <fn> at <file>:<line>``, ``frame #0: c10::Error::Error(``,
+    parse.torch's cpp_stack events), the error
     record torchrun's launcher logs for an exception (its error-file JSON), an exception of Ray's own
     (``ray.exceptions.RaySystemError: System error: ...``: the report of a failed task), a fatal
     line (an allocator abort), an error line that ends its file (a log cut right
@@ -112,6 +115,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     nccl_error = level.is_in(["error", "fatal"]) & msg.str.contains(NCCL_ERROR_RETURN).fill_null(False)
     signal = (
         IS_FAILURE
+        | (kind == "cpp_stack")
         | (kind.is_in(["nccl_unwind", "line"]) & (pl.col("exit_code").fill_null(0) != 0))
         | (level == "fatal")
         | ends_in_error
@@ -132,7 +136,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
 #: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
 EXIT_KINDS = ("child_failed", "agent_worker_failed", "srun_exit")
 #: What a rank says about its own failure (its exit record then only summarises it).
-DETAIL_KINDS = ("traceback", "cpp_terminate", "cpp_what", "exception", "watchdog_timeout", "gloo_timeout", "nccl_warn")
+DETAIL_KINDS = ("traceback", "cpp_terminate", "cpp_what", "exception", "watchdog_timeout", "gloo_timeout", "nccl_warn", "signal_report")
 #: Signals launchers send to stop the survivors.
 TEARDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 #: Exceptions that launchers raise about their children, never a cause in themselves.
@@ -161,9 +165,13 @@ SYMPTOMS: dict[str, frozenset[str]] = {
     ),
     "nccl_wrong_interface": frozenset({"peer_failure", "collective_timeout", "unknown", "master_unreachable", "rendezvous_timeout"}),
     "env_misconfigured": frozenset({"peer_failure", "collective_timeout", "unknown", "rendezvous_timeout"}),
+    # two ranks on one GPU: NCCL refuses or hangs at init, the processes crash or wait for each other
+    "device_misassignment": frozenset({"peer_failure", "collective_timeout", "unknown", "crash_signal", "rendezvous_timeout"}),
 }
-#: What programs report when their GPU fails under them.
-HARDWARE_SYMPTOMS = frozenset({"cuda_error", "crash_signal", "collective_timeout", "peer_failure", "unknown"})
+#: What programs report when their GPU fails under them. A GPU that needs a reset or fell off the bus
+#: is also one CUDA cannot use or see: "CUDA-capable device(s) is/are busy or unavailable", "no CUDA
+#: GPUs are available", an ordinal past the GPUs left (device_misassignment's wordings).
+HARDWARE_SYMPTOMS = frozenset({"cuda_error", "crash_signal", "collective_timeout", "peer_failure", "unknown", "device_misassignment"})
 #: A stalled collective with a SeqNum above this shows the job had been running:
 #: set-up problems (versions, interfaces) are then unlikely to be the cause.
 PROGRESS_SEQ = 2
@@ -958,8 +966,9 @@ def _with_findings(
 
 
 def _hardware_first(cands: list[Candidate], ev: pl.DataFrame, notes: list[str]) -> list[Candidate]:
-    """A GPU the driver reports as faulty (Xid, ECC, fallen off the bus) explains the CUDA
-    errors, crashes and stalls the programs saw, whichever file happens to come first."""
+    """A GPU the driver reports as faulty (Xid, ECC, fallen off the bus, needing a reset) explains
+    the CUDA errors, crashes, stalls and unusable devices the programs saw, whichever file
+    happens to come first."""
     fault = next((c for c in cands if c.category == "gpu_hardware_fault" and c.role == "primary" and c.weight >= STRONG), None)
     if fault is None or (cands[0] is not fault and cands[0].category not in HARDWARE_SYMPTOMS):
         return cands

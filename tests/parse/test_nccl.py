@@ -27,6 +27,22 @@ def test_new_and_old_warn_formats() -> None:
     assert ev["message"][0].startswith("NET/IB : Got completion")
 
 
+def test_a_warn_pasted_without_its_host_pid_and_device_prefix_is_still_nccl_s() -> None:
+    ev = events_of(
+        """
+        graph/topo.h:230 NCCL WARN Could not find NET with id 0
+        [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so)
+        NCCL WARN Cuda failure 'out of memory'
+        """
+    )
+    rows = ev.select("kind", "source", "level", "node", "detail", "message").rows()
+    assert rows == [
+        ("nccl_warn", "nccl", "warning", None, "graph/topo.h:230", "Could not find NET with id 0"),
+        ("nccl_info", "nccl", "info", None, None, "NET/Plugin : No plugin found (libnccl-net.so)"),
+        ("nccl_warn", "nccl", "warning", None, None, "Cuda failure 'out of memory'"),
+    ]
+
+
 def test_init_complete_maps_host_and_pid_to_rank_for_other_lines() -> None:
     ev = events_of(
         """

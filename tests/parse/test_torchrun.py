@@ -72,3 +72,27 @@ def test_agent_lines_carry_exit_code_local_rank_pid_and_signal() -> None:
     assert (failed["exit_code"], failed["local_rank"], failed["pid"], failed["source"]) == (1, 1, 25300, "launcher")
     teardown = ev.filter(pl.col("kind") == "agent_teardown")
     assert teardown.select("pid", "signal").rows() == [(25299, "SIGTERM"), (25301, "SIGTERM")]
+
+
+def test_a_c10_stack_dump_gives_cpp_stack_events_for_its_origin_and_throw_frame() -> None:
+    ev = events_of(
+        """
+        Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1521 (most recent call first):
+        frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x1554e8b12f86 in /opt/venv/lib/python3.11/site-packages/torch/lib/libc10.so)
+        frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in /opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so)
+        """
+    )
+    rows = ev.select("kind", "source", "level", "detail").rows()
+    assert rows[:2] == [
+        ("cpp_stack", "torch", "error", "ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1521"),
+        ("cpp_stack", "torch", "error", "c10::Error::Error"),
+    ]
+    assert rows[2][0] == "line"  # the other frames are the stack's detail
+
+
+def test_a_watchdog_line_cut_short_by_the_paste_is_still_a_watchdog_timeout() -> None:
+    ev = events_of(
+        "(WorkerDict pid=833, ip=10.0.0.1) [rank62]:[E809 14:59:33.656957424 ProcessGroupNCCL.cpp:629] [Rank 62] Watchdog caught collective oper\n"
+    )
+    row = ev.row(0, named=True)
+    assert (row["kind"], row["rank"], row["pid"], row["level"]) == ("watchdog_timeout", 62, 833, "error")

@@ -73,6 +73,28 @@ def test_traceback_cut_off_before_its_exception_line_still_becomes_an_event() ->
     assert tb["rank"] == 0 and "cut off" in tb["message"]
 
 
+def test_a_header_cut_short_where_the_file_ends_is_a_traceback_cut_off() -> None:
+    ev = events_of(
+        """
+        All distributed processes registered. Starting with 32 processes
+        [rank4]: Traceback (most recent call l
+        """
+    )
+    tb = ev.filter(pl.col("kind") == "traceback").row(0, named=True)
+    assert (tb["rank"], tb["line"], tb["level"]) == (4, 2, "error") and "cut off" in tb["message"]
+    assert tb["raw"] == "[rank4]: Traceback (most recent call l"
+
+
+def test_a_cut_header_in_the_middle_of_a_log_is_not_a_traceback() -> None:
+    ev = events_of(
+        """
+        [rank4]: Traceback (most rec
+        [rank4]: step 10 loss 0.5
+        """
+    )
+    assert "traceback" not in ev["kind"].to_list()
+
+
 def test_a_paste_that_starts_inside_a_traceback_folds_from_its_first_frame() -> None:
     ev = events_of(
         "[2023-07-01 10:00:02] step 120 loss 0.41\n"

@@ -76,3 +76,41 @@ def test_nccls_own_version_check_names_the_odd_ranks() -> None:
     ]
     found = [f for f in consistency.check(events_of("\n".join(lines) + "\n")) if f.what.startswith("NCCL version (NCCL")]
     assert len(found) == 1 and found[0].ranks == [3] and found[0].corroborated
+
+
+def test_two_processes_of_one_communicator_on_one_gpu_are_named() -> None:
+    ev = events_of(
+        """
+        node01:2870757:2870757 [0] NCCL INFO comm 0x560c6a8aafd0 rank 0 nranks 2 cudaDev 0 busId 86000 - Abort COMPLETE
+        node01:2870756:2870756 [0] NCCL INFO comm 0x55592676f080 rank 1 nranks 2 cudaDev 0 busId 86000 - Abort COMPLETE
+        """
+    )
+    assert ev.select("comm_rank", "nranks", "device", "bus_id").rows() == [(0, 2, 0, "86000"), (1, 2, 0, "86000")]
+    (f,) = [f for f in consistency.check(ev) if f.cause == "device_misassignment"]
+    assert f.nodes == ["node01"] and f.ranks == [0, 1] and "busId 86000" in f.summary and len(f.eids) == 2
+
+
+def test_one_gpu_per_process_and_one_process_with_several_communicators_are_fine() -> None:
+    ev = events_of(
+        """
+        node01:51:51 [0] NCCL INFO ncclCommInitRank comm 0x55d4 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0x7f3a - Init COMPLETE
+        node01:52:52 [1] NCCL INFO ncclCommInitRank comm 0x55d5 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 1c000 commId 0x7f3a - Init COMPLETE
+        node01:51:51 [0] NCCL INFO ncclCommSplit comm 0x66d4 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 1b000 parent 0x55d4 color 1 key 0 commId 0x9a1 - Init COMPLETE
+        node01:51:51 [0] NCCL INFO comm 0x55d4 rank 0 nranks 2 cudaDev 0 busId 1b000 - Destroy COMPLETE
+        """
+    )
+    assert not [f for f in consistency.check(ev) if f.cause == "device_misassignment"]
+
+
+def test_a_restarted_process_on_the_same_gpu_is_not_a_shared_gpu() -> None:
+    # torchrun restarted the workers: new processes took the old ranks (and, on this node, rank 2 took rank 0's GPU)
+    ev = events_of(
+        """
+        node01:100:100 [0] NCCL INFO comm 0x1 rank 0 nranks 4 cudaDev 0 busId 1b000 - Init COMPLETE
+        node02:200:200 [0] NCCL INFO comm 0x2 rank 2 nranks 4 cudaDev 0 busId 1b000 - Init COMPLETE
+        node01:100:100 [0] NCCL INFO comm 0x1 rank 0 nranks 4 cudaDev 0 busId 1b000 - Abort COMPLETE
+        node02:300:300 [0] NCCL INFO comm 0x3 rank 0 nranks 4 cudaDev 0 busId 1b000 - Init COMPLETE
+        node01:400:400 [0] NCCL INFO comm 0x4 rank 2 nranks 4 cudaDev 0 busId 1b000 - Init COMPLETE
+        """
+    )
+    assert not [f for f in consistency.check(ev) if f.cause == "device_misassignment"]

@@ -51,6 +51,20 @@ def test_an_nvidia_xid_explains_the_cuda_error_a_rank_raised_first(tmp_path: Pat
     assert [c.category for c in report.candidates][:2] == ["gpu_hardware_fault", "cuda_error"]
 
 
+def test_a_gpu_the_driver_says_needs_a_reset_explains_a_device_cuda_calls_busy_or_unavailable(tmp_path: Path) -> None:
+    # the test's file sorts first and nothing carries a timestamp CUDA's line could be ordered by
+    (tmp_path / "a-nccl-tests.log").write_text("Test CUDA failure common.cu:1007\n'CUDA-capable device(s) is/are busy or unavailable'\n")
+    (tmp_path / "dmesg.log").write_text(
+        "[Sun Jan 11 09:52:01 2026] NVRM: rpcRmApiAlloc_GSP: GspRmAlloc failed: hClient=0xc1d1a616; hParent=0x5c000054;"
+        " hObject=0x5c00005b; hClass=0x0000c86f; paramsSize=0x00000170; paramsStatus=0x00000062; status=0x00000062\n"
+        "[Sun Jan 11 09:52:01 2026] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED]"
+        " (0x00000062) returned from status @ kernel_channel.c:2874\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "gpu_hardware_fault"
+    assert [c.category for c in report.candidates][:2] == ["gpu_hardware_fault", "device_misassignment"]
+
+
 def test_nodes_on_different_nccl_versions_explain_a_socket_family_error(tmp_path: Path) -> None:
     (tmp_path / "worker-0.out").write_text(
         "worker-0:28168:29020 [0] NCCL INFO NCCL version 2.20.5+cuda12.2\n"
@@ -70,3 +84,45 @@ def test_the_same_socket_family_error_with_one_nccl_version_is_the_interface(tmp
     )
     (tmp_path / "worker-1.out").write_text("worker-1:28172:28233 [0] NCCL INFO NCCL version 2.20.5+cuda12.2\n")
     assert logsleuth.analyze([str(tmp_path)]).verdict.category == "nccl_wrong_interface"
+
+
+def test_two_ranks_on_one_gpu_explain_the_tracebacks_no_rule_knows(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "node01:2870757:2870757 [0] NCCL INFO comm 0x560c6a8aafd0 rank 0 nranks 2 cudaDev 0 busId 86000 - Abort COMPLETE\n"
+        "node01:2870756:2870756 [0] NCCL INFO comm 0x55592676f080 rank 1 nranks 2 cudaDev 0 busId 86000 - Abort COMPLETE\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/user/multinode.py", line 113, in <module>\n'
+        "    self.model = DDP(self.model, device_ids=[self.local_rank])\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "device_misassignment"
+    assert report.verdict.first_failure.node == "node01"
+
+
+def test_a_gloo_peer_on_the_debian_host_name_loopback_is_the_interface_not_the_store(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:769] connect [127.0.1.1]:25472: Connection refused\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "nccl_wrong_interface"
+
+
+def test_nccl_on_loopback_in_a_two_node_job_is_the_interface(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "node01:4000:4000 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+        "node02:4100:4100 [0] NCCL INFO Bootstrap : Using lo:127.0.1.1<0>\n"
+        "[rank1]: RuntimeError: Connection refused\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "nccl_wrong_interface"
+
+
+def test_a_refused_store_on_127_0_0_1_in_a_single_node_job_stays_master_unreachable(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "node01:4000:4000 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>\n"
+        "node01:4001:4001 [1] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>\n"
+        "[rank1]: torch.distributed.DistNetworkError: The client socket has failed to connect to [127.0.0.1]:29500"
+        " (errno: 111 - Connection refused).\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "master_unreachable"

@@ -408,3 +408,75 @@ def test_rays_memory_monitor_is_host_memory_not_gpu_memory(tmp_path: Path) -> No
         ),
     )
     assert report.verdict.category == "host_oom"
+
+
+def test_a_paste_of_an_unknown_nccl_warn_and_a_cut_traceback_header_is_not_a_clean_run(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "\n".join(
+            [
+                "graph/topo.h:230 NCCL WARN Could not find NET with id 0",
+                "distributed_backend=nccl",
+                "All distributed processes registered. Starting with 32 processes",
+                "[rank4]: Traceback (most recent call l",
+            ]
+        ),
+    )
+    assert report.verdict.category == "unknown"
+
+
+def test_an_nccl_warn_without_its_prefix_alone_is_not_a_clean_run(tmp_path: Path) -> None:
+    report = _verdict(tmp_path, f"{_PROGRESS}\ngraph/topo.h:230 NCCL WARN Could not find NET with id 0\nepoch 1 | step 60 | loss 1.2")
+    assert report.verdict.category != "none"
+
+
+def test_a_c10_stack_dump_alone_is_not_a_clean_run(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        f"{_PROGRESS}\n"
+        "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43 (most recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f1e10143d87 in /opt/venv/lib/libc10.so)\n"
+        "frame #1: <unknown function> + 0xe5aa84 (0x1554e9aa1a84 in /opt/venv/lib/libtorch_cuda.so)\n"
+        f"{_PROGRESS}",
+    )
+    assert report.verdict.category != "none"
+
+
+def test_a_watchdog_stack_from_check_timeout_reads_as_a_collective_timeout(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x1554e8b12f86 in /opt/venv/lib/libc10.so)\n"
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >)"
+        " + 0x1d2 (0x1554e9e0f8f2 in /opt/venv/lib/libtorch_cuda.so)\n"
+        "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x1554e9e16333 in /opt/venv/lib/libtorch_cuda.so)\n"
+        "frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x10c (0x1554e9e1871c in /opt/venv/lib/libtorch_cuda.so)\n"
+        "\n"
+        "Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1521 (most recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x1554e8b12f86 in /opt/venv/lib/libc10.so)",
+    )
+    assert report.verdict.category == "collective_timeout"
+
+
+_RAY_DEATH = (
+    "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the problem, check"
+    " the logs for the dead worker. RayTask ID: fffffffffffffffff5729b4c48481e2a8ef1526f02000000 Worker ID: 39a9e9de Node ID: 1f94cb55"
+    " Worker IP address: 10.0.0.2 Worker port: 10005 Worker PID: 833 Worker exit type: SYSTEM_ERROR Worker exit detail: Worker"
+    " unexpectedly exits with a connection error code 2. End of file. There are some potential root causes. (1) The process is killed"
+    " by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called. (3) The worker is crashed unexpectedly due"
+    " to SIGSEGV or other unexpected errors. [repeated 8x across cluster]"
+)
+
+
+def test_the_watchdog_timeout_outranks_the_ray_worker_death_it_caused(tmp_path: Path) -> None:
+    report = _verdict(
+        tmp_path,
+        f"{_RAY_DEATH}\n(WorkerDict pid=833, ip=10.0.0.1) [rank62]:[E809 14:59:33.656957424 ProcessGroupNCCL.cpp:629] [Rank 62]"
+        " Watchdog caught collective oper",
+    )
+    assert report.verdict.category == "collective_timeout"
+
+
+def test_a_ray_worker_death_alone_is_a_crash_not_a_segfault_or_a_clean_run(tmp_path: Path) -> None:
+    report = _verdict(tmp_path, _RAY_DEATH)
+    assert report.verdict.category == "crash_signal"
+    assert report.candidates[0].rules == ["SIG011"]
