@@ -934,7 +934,10 @@ def _filter_bytes(data: bytes, size: int, name: str, keep: _Keeper, tail: int) -
         return None
     timer = stages.current()
     with timer.part("prefilter"):
-        ascii_only = data.isascii()  # of the whole buffer: a partial line after the block can only make this False
+        got = scanner.scan(data, max(1000, size // scan.DENSE_BYTES_PER_MATCH))
+        if got is None:
+            return None
+        ascii_only, odd = got.ascii, got.separator  # ascii: of the whole buffer (a partial line after the block can only make it False)
         n_bad = 0
         if not ascii_only:
             try:
@@ -942,11 +945,7 @@ def _filter_bytes(data: bytes, size: int, name: str, keep: _Keeper, tail: int) -
             except UnicodeDecodeError:  # bad bytes: the line-by-line path counts the lines they spoil
                 return None
             n_bad = scan.lines_with(data, size, "\ufffd".encode())  # a U+FFFD in the text counts as before
-        got = scanner.ends(data, max(1000, size // scan.DENSE_BYTES_PER_MATCH))
-        if got is None:
-            return None
-        ends, odd = got
-        found = scan.candidates(data, size, ends)
+        found = scan.candidates(data, size, got.ends)
         n = found.lines
         begin = scan.tail_start(data, size, tail) if tail else size
         n_long = scan.long_lines(data, size, MAX_LINE_CHARS, ascii_only)

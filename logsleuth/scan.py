@@ -29,27 +29,24 @@ DENSE_BYTES_PER_MATCH = 1024
 _NEWLINE = b"\n"
 
 
-def _bytes_count(data: bytes, start: int, end: int) -> int:
-    return data.count(_NEWLINE, start, end)
+def _bytes_count(data: bytes, needle: bytes, start: int, end: int) -> int:
+    return data.count(needle, start, end)
 
 
 @functools.lru_cache(maxsize=1)
-def _counter() -> Callable[[bytes, int, int], int]:
-    """Newlines in data[start:end]: StringZilla's SIMD count (four times faster), else bytes.count."""
+def _counter() -> Callable[[bytes, bytes, int, int], int]:
+    """``count(data, needle, start, end)``: StringZilla's SIMD count (four times faster than
+    bytes.count on newlines), else bytes.count."""
     try:
         from stringzilla import count
     except ImportError:  # pragma: no cover - a dependency, but not needed for correctness
         return _bytes_count
-
-    def sz_count(data: bytes, start: int, end: int) -> int:
-        return int(count(data, _NEWLINE, start, end))
-
-    return sz_count
+    return count  # type: ignore[no-any-return]
 
 
 def count_newlines(data: bytes, start: int = 0, end: int | None = None) -> int:
     """Newlines in ``data[start:end]``."""
-    return _counter()(data, start, len(data) if end is None else end)
+    return int(_counter()(data, _NEWLINE, start, len(data) if end is None else end))
 
 
 @dataclass
@@ -63,19 +60,32 @@ class Candidates:
     lines: int
 
 
+@dataclass
+class Matches:
+    """What a scan found: the end offsets of keyword matches (unsorted), whether the CSV reader's
+    separator occurs (its lines must then be tested on their text) and whether any byte is not ASCII."""
+
+    ends: list[int]
+    separator: bool
+    ascii: bool
+
+
 class Scanner:
-    """One compiled set of literal keywords; ``ends`` may run in several threads at once."""
+    """One compiled set of literal keywords; ``scan`` may run in several threads at once."""
 
     def __init__(self, hs: Any, keywords: Sequence[bytes]) -> None:
         self._hs = hs
         self.db = hs.Database(mode=hs.HS_MODE_BLOCK)
-        # every byte written as \xNN: the keywords are literals, whatever characters they hold
+        # every byte written as \xNN: the keywords are literals, whatever characters they hold;
+        # then the CSV reader's separator, and any byte that is not ASCII (reported once)
         expressions = ["".join(f"\\x{b:02x}" for b in k).encode() for k in keywords]
-        self.db.compile(expressions=expressions, ids=list(range(len(expressions))), elements=len(expressions), flags=0)
-        self.separator = len(expressions) - 1  # the last pattern: see scanner()
+        self.keywords = len(expressions)
+        expressions += [rb"\x1f", rb"[\x80-\xff]"]
+        flags = [0] * (self.keywords + 1) + [hs.HS_FLAG_SINGLEMATCH]
+        self.db.compile(expressions=expressions, ids=list(range(len(expressions))), elements=len(expressions), flags=flags)
         #: a keyword with a carriage return or the separator in it may match bytes that its line's
         #: text does not hold (the reader drops one and replaces the other): its lines are tested
-        self.exact = not any(b"\r" in k or b"\x1f" in k for k in keywords[:-1])
+        self.exact = not any(b"\r" in k or b"\x1f" in k for k in keywords)
         self._local = threading.local()
 
     def _scratch(self) -> Any:
@@ -84,37 +94,41 @@ class Scanner:
             scratch = self._local.scratch = self._hs.Scratch(self.db)
         return scratch
 
-    def ends(self, data: bytes, limit: int) -> tuple[list[int], bool] | None:
-        """End offsets of every keyword match in ``data`` (unsorted) and whether the CSV reader's
-        separator occurs (its lines must then be tested on their text); None past ``limit`` matches."""
+    def scan(self, data: bytes, limit: int) -> Matches | None:
+        """Every match in ``data``; None past ``limit`` keyword matches (the scan stops there)."""
         found: list[int] = []
         add = found.append
-        separator = self.separator
-        odd: list[int] = []
+        keywords = self.keywords
+        odd: list[int] = []  # [separator matches..., ] and -1 for a byte that is not ASCII
 
         def on_match(pattern: int, _start: int, end: int, _flags: int, _ctx: object) -> bool:
-            add(end)
-            if pattern == separator:
+            if pattern < keywords:
+                add(end)
+                return len(found) > limit
+            if pattern == keywords:  # the separator: its line is a candidate, tested on its text
+                add(end)
                 odd.append(end)
-            return len(found) > limit
+            else:
+                odd.append(-1)
+            return False
 
         try:
             self.db.scan(data, match_event_handler=on_match, scratch=self._scratch())
         except self._hs.ScanTerminated:
             return None
-        return None if len(found) > limit else (found, bool(odd))
+        if len(found) > limit:
+            return None
+        return Matches(found, any(e >= 0 for e in odd), -1 not in odd)
 
 
 @functools.lru_cache(maxsize=4)
 def scanner(keywords: tuple[str, ...]) -> Scanner | None:
-    """The scanner for these keywords (plus the CSV reader's separator, so a line whose separator
-    is replaced by a space before it is tested is looked at too); None without Hyperscan."""
+    """The scanner for these keywords; None without Hyperscan."""
     try:
         import hyperscan
     except ImportError:  # pragma: no cover - a dependency; the line-by-line path still works
         return None
-    literals = [k.encode() for k in keywords if k and "\n" not in k]
-    return Scanner(hyperscan, [*literals, b"\x1f"])
+    return Scanner(hyperscan, [k.encode() for k in keywords if k and "\n" not in k])
 
 
 def candidates(data: bytes, size: int, ends: list[int]) -> Candidates:
@@ -132,13 +146,13 @@ def candidates(data: bytes, size: int, ends: list[int]) -> Candidates:
         if end > size:  # in the partial line after the block
             break
         start = rfind(_NEWLINE, 0, end) + 1  # a keyword holds no newline: this one is before the match
-        n += count(data, pos, start)
+        n += count(data, _NEWLINE, pos, start)
         pos = start
         stop = find(_NEWLINE, end - 1)
         starts.append(start)
         stops.append(stop)
         numbers.append(n)
-    return Candidates(starts, stops, numbers, n + count(data, pos, size))
+    return Candidates(starts, stops, numbers, n + count(data, _NEWLINE, pos, size))
 
 
 def tail_start(data: bytes, size: int, lines: int) -> int:
