@@ -644,25 +644,28 @@ def _read_stream(
 
     timer = stages.current()
 
-    def work(block: tuple[bytes, int]) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int]:
+    def work(block: tuple[bytes, int]) -> tuple[pl.DataFrame, list[tuple[int, int]], pl.DataFrame, int, int, int]:
         kept, last, n_lines, bad, long = _filter_block(block[0], info.file, keep, tail_lines, size=block[1])
-        with timer.part("cap"):  # shapes in the workers: the cap runs in one thread
-            return kept.with_columns(_RepeatCap.SHAPE), last, n_lines, bad, long
+        with timer.part("cap"):  # shapes and their counts in the workers: the cap runs in one thread
+            kept = kept.with_columns(_RepeatCap.SHAPE)
+            return kept, _RepeatCap.counts(kept), last, n_lines, bad, long
 
     items = itertools.chain([first] if first is not None else [], blocks)
     results = _bounded_map(pool, work, items) if pool is not None else map(work, items)
-    kept: list[pl.DataFrame] = []
-    last = _no_lines()
+    kept: list[tuple[pl.DataFrame, int]] = []  # each block's kept lines, numbered within the block, and the lines before it
+    tails: list[tuple[pl.DataFrame, int]] = []  # the last blocks' last lines, as many as make up the tail
     n_bad = n_long = 0
     cap = _RepeatCap()
-    for frame, block_tail, n_lines, bad, long in results:
-        # blocks number their lines from 1; the lines of the blocks before shift them
+
+    def add(frame: pl.DataFrame, counts: list[tuple[int, int]], block_tail: pl.DataFrame, before: int) -> None:
         with timer.part("cap"):
-            kept.append(cap.keep(_shifted(frame, info.lines)))
-            last = (
-                _shifted(block_tail, info.lines) if block_tail.height >= tail_lines else pl.concat([last, _shifted(block_tail, info.lines)])
-            )
-            last = last.tail(tail_lines)
+            kept.append((cap.keep(frame, counts), before))
+            tails.append((block_tail, before))
+            while len(tails) > 1 and sum(t.height for t, _ in tails[1:]) >= tail_lines:
+                tails.pop(0)
+
+    for frame, counts, block_tail, n_lines, bad, long in results:
+        add(frame, counts, block_tail, info.lines)
         info.lines += n_lines
         n_bad += bad
         n_long += long
@@ -675,9 +678,8 @@ def _read_stream(
                 f"its last {len(tail_bytes)} bytes were read first, so the end of the file is analysed;"
                 f" their line numbers are estimated (from about line {before + 1})"
             )
-        frame, block_tail, n_lines, bad, long = work((tail_bytes, len(tail_bytes)))
-        kept.append(cap.keep(_shifted(frame, before)))
-        last = pl.concat([last, _shifted(block_tail, before)]).tail(tail_lines)
+        frame, counts, block_tail, n_lines, bad, long = work((tail_bytes, len(tail_bytes)))
+        add(frame, counts, block_tail, before)
         info.lines += n_lines
         n_bad += bad
         n_long += long
@@ -691,7 +693,14 @@ def _read_stream(
             f" or {MAX_KEPT_LINES} in all (the first of each shape and the last {tail_lines} lines are analysed)"
         )
     with timer.part("clean"):
-        out = pl.concat([*kept, last] if tail else kept).unique(subset=["line"], keep="first").sort("line")
+        # blocks number their lines from 1: the lines of the blocks before shift them, all at once
+        parts = [*kept, *tails] if tail else kept
+        if not parts:
+            return _no_lines()
+        shifted = [f.lazy().with_columns((pl.col("line") + before).cast(pl.UInt32)) if before else f.lazy() for f, before in parts]
+        lines = pl.concat(shifted).collect()
+        n_kept = sum(f.height for f, _ in kept)
+        out = pl.concat([lines.head(n_kept), lines.slice(n_kept).tail(tail_lines)]).unique(subset=["line"], keep="first").sort("line")
         return _clean(out)
 
 
@@ -709,7 +718,14 @@ class _RepeatCap:
         self.kept = 0
         self.dropped = 0
 
-    def keep(self, frame: pl.DataFrame) -> pl.DataFrame:
+    @staticmethod
+    def counts(frame: pl.DataFrame) -> list[tuple[int, int]]:
+        """(shape, lines) of a frame with its ``shape`` column (a block's: a few dozen shapes)."""
+        if frame.height <= 64:
+            return [(h, 1) for h in frame.get_column("shape").to_list()]
+        return frame.group_by("shape").agg(pl.len()).rows()
+
+    def keep(self, frame: pl.DataFrame, counts: list[tuple[int, int]] | None = None) -> pl.DataFrame:
         """``frame`` (lines in order, with their ``shape`` column) less the lines over the caps, without ``shape``.
 
         The shapes of a block are counted once; only when one of them reaches its cap are the
@@ -719,10 +735,9 @@ class _RepeatCap:
         if frame.is_empty() or room <= 0:
             self.dropped += frame.height
             return frame.head(0).select(columns)
-        counts = frame.group_by("shape").agg(pl.len().alias("n")) if frame.height > 64 else frame.select("shape", pl.lit(1).alias("n"))
         seen = self.seen
         before: dict[int, int] = {}
-        for shape, n in counts.iter_rows():
+        for shape, n in self.counts(frame) if counts is None else counts:
             if shape not in before:
                 before[shape] = seen.get(shape, 0)
             seen[shape] = seen.get(shape, 0) + n
@@ -736,10 +751,6 @@ class _RepeatCap:
         self.kept += out.height
         self.dropped += frame.height - out.height
         return out
-
-
-def _shifted(frame: pl.DataFrame, lines_before: int) -> pl.DataFrame:
-    return frame.with_columns(pl.col("line") + lines_before) if lines_before else frame
 
 
 def _bounded_map(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
