@@ -1,11 +1,15 @@
 """Inputs to line tables: files, globs, directories, .gz and stdin.
 
-Only lines that can matter reach the parsers: a keyword prefilter (Aho-Corasick
-over the raw text, in polars) keeps error-ish and structural lines, plus the
-tail of every file so the last words of each writer are known. Everything else
-is counted, not kept, and so are kept lines past a cap per message shape and per
-input, so memory stays bounded whatever the input. Under a deadline the end of a
-large file is read first and a read that hangs is given up.
+Only lines that can matter reach the parsers: a keyword prefilter keeps error-ish
+and structural lines, plus the tail of every file so the last words of each writer
+are known. Everything else is counted, not kept, and so are kept lines past a cap per
+message shape and per input, so memory stays bounded whatever the input. Under a
+deadline the end of a large file is read first and a read that hangs is given up.
+
+A big file is searched as raw bytes, block by block, and only the lines around keyword
+matches are ever decoded (scan.py); small files are read whole and filtered many at a
+time; a small log or an odd block is split into lines first (polars' CSV reader) and
+tested there. All three keep the same lines.
 
 Bad input never raises: every problem becomes a message in the input's
 ``problems`` list and the remaining inputs are still read.
@@ -182,7 +186,8 @@ def ingest(
     """Read every input and keep the lines that contain one of ``keywords``.
 
     ``deadline`` is a ``time.monotonic()`` value: reading stops there and the
-    inputs not finished say so in their problems.
+    inputs not finished say so in their problems. Each input also keeps its last
+    :func:`tail_lines` lines.
     """
     keep = _Keeper(tuple(dict.fromkeys(k for k in keywords if k)))
     todo = [info for info in inputs if not info.problems]
@@ -577,6 +582,12 @@ class _Bounded:
         self.left -= len(data)
         return data
 
+    def readinto(self, buf: bytearray) -> int:
+        view = memoryview(buf)[: self.left]
+        n = self.raw.readinto(view) if len(view) else 0  # type: ignore[attr-defined]
+        self.left -= n
+        return n
+
     def seekable(self) -> bool:
         return self.raw.seekable()
 
@@ -629,7 +640,8 @@ def _read_stream(
     to the end and from an estimate when the budget cut it."""
     state.tail_len = len(end[1]) if end else 0
     tail_lines = state.tail_lines
-    blocks = _blocks(stream, info, state, compressed=compressed)
+    buffers = _Buffers(READ_AHEAD + 3)  # blocks in the workers, waiting, and being read
+    blocks = _blocks(stream, info, state, compressed=compressed, buffers=buffers)
     first = next(blocks, None)
     if first is None and not end:
         if not info.problems:
@@ -638,14 +650,17 @@ def _read_stream(
     ratio = _control_ratio((first[0][: first[1]] if first is not None else end[1] if end else b"")[: 64 << 10])
     if ratio > BINARY_RATIO:
         info.problems.append(f"binary file ({ratio:.0%} control bytes in the first 64 KiB); skipped")
-        for _ in blocks:  # drain so byte counts for stdin stay honest
-            pass
+        for buf, _ in blocks:  # drain so byte counts for stdin stay honest
+            buffers.give(buf)
         return _no_lines()
 
     timer = stages.current()
 
-    def work(block: tuple[bytes, int]) -> tuple[pl.DataFrame, list[tuple[int, int]], pl.DataFrame, int, int, int]:
-        kept, last, n_lines, bad, long = _filter_block(block[0], info.file, keep, tail_lines, size=block[1])
+    def work(block: tuple[scan.Bytes, int]) -> tuple[pl.DataFrame, list[tuple[int, int]], pl.DataFrame, int, int, int]:
+        try:
+            kept, last, n_lines, bad, long = _filter_block(block[0], info.file, keep, tail_lines, size=block[1])
+        finally:
+            buffers.give(block[0])
         with timer.part("cap"):  # shapes and their counts in the workers: the cap runs in one thread
             kept = kept.with_columns(_RepeatCap.SHAPE)
             return kept, _RepeatCap.counts(kept), last, n_lines, bad, long
@@ -764,7 +779,42 @@ def _bounded_map(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable
         yield ahead.popleft().result()
 
 
-def _control_ratio(sample: bytes) -> float:
+class _Buffers:
+    """Block buffers used again and again: a big file is read into them (readinto) instead of
+    into a new 16 MiB object per block, whose pages the kernel would map afresh each time (a
+    quarter of a second of page faults per GiB). A buffer is taken by the reader and given
+    back by the worker that filtered its block; the reader waits when all are out."""
+
+    def __init__(self, count: int) -> None:
+        self._free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+        self._left = count
+        self._ours: set[int] = set()
+
+    def take(self) -> bytearray:
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            if self._left <= 0:
+                return self._free.get()
+        self._left -= 1
+        buf = bytearray(BLOCK_BYTES)
+        self._ours.add(id(buf))
+        return buf
+
+    def give(self, buf: object) -> None:
+        if id(buf) in self._ours:
+            self._free.put(buf)  # type: ignore[arg-type]
+
+
+def _read_into(stream: _Reads, buf: bytearray) -> tuple[int, str | None]:
+    """Read up to len(buf) bytes into ``buf``: (bytes read, problem as in _read_block)."""
+    try:
+        return stream.readinto(buf), None  # type: ignore[attr-defined]
+    except OSError as exc:
+        return 0, f"read error after {{}} bytes: {exc.strerror or exc}; the rest was not read"
+
+
+def _control_ratio(sample: scan.Bytes) -> float:
     if not sample:
         return 0.0
     return (len(sample) - len(sample.translate(None, _CONTROL))) / len(sample)
@@ -776,7 +826,8 @@ def _blocks(
     state: _ReadState,
     *,
     compressed: bool,
-) -> Iterator[tuple[bytes, int]]:
+    buffers: _Buffers | None = None,
+) -> Iterator[tuple[scan.Bytes, int]]:
     """Yield blocks of whole lines: (buffer, size), the lines being ``buffer[:size]`` (a file is read
     in place: the start of a line a read ends inside is read again with the next block, not copied).
 
@@ -788,13 +839,34 @@ def _blocks(
     limit = MAX_LINE_CHARS * 4 + 4  # bytes: enough for MAX_LINE_CHARS of any UTF-8
     decoder: codecs.IncrementalDecoder | None = None
     cr_only = False
+    # plain text read to whole lines so far: the next block goes into a buffer used again (buffers)
+    steady = False
+    into = buffers is not None and not compressed and hasattr(stream, "readinto")
     while True:
-        with stages.current().part("read"):
-            got = state.call(lambda: _read_block(stream, compressed))  # None at the deadline, or for a read given up
-        if got is None:
-            info.problems.append(state.gave_up())
-            break
-        chunk, problem = got
+        if steady and into and buffers is not None:
+            buf = buffers.take()
+            with stages.current().part("read"):
+                read = state.call(lambda: _read_into(stream, buf))  # noqa: B023 - called at once
+            if read is None:
+                info.problems.append(state.gave_up())  # the buffer stays with the read given up
+                break
+            n, problem = read  # a problem comes with no bytes: said below, where the chunk is empty
+            nl = buf.rfind(b"\n", 0, n)
+            rest = n - nl - 1
+            if n and nl >= 0 and rest <= limit and (not rest or _rewind(stream, rest)):
+                state.read_total += n - rest
+                yield buf, nl + 1
+                continue
+            chunk = bytes(buf[:n])  # a line longer than a block goes on: read it as below
+            buffers.give(buf)
+            steady = False
+        else:
+            with stages.current().part("read"):
+                got = state.call(lambda: _read_block(stream, compressed))  # None at the deadline, or for a read given up
+            if got is None:
+                info.problems.append(state.gave_up())
+                break
+            chunk, problem = got
         if problem:
             info.problems.append(problem.format(state.read_total + len(chunk)))
         if not chunk:
@@ -827,6 +899,7 @@ def _blocks(
         if nl >= 0 and not carry and 0 < rest <= limit and decoder is None and not cr_only and not compressed and _rewind(stream, rest):
             # the next read starts at that line again: the chunk is yielded as it was read, not copied
             state.read_total -= rest
+            steady = True
             yield chunk, nl + 1
             continue
         if nl < 0:  # no line ends in this chunk: it all continues the carried line
@@ -842,6 +915,7 @@ def _blocks(
             else:
                 carry = carry[:limit]
                 skipping = True
+        steady = not carry and not skipping and decoder is None and not cr_only
         if whole:
             yield whole, len(whole)
     if info.file == _STDIN:
@@ -920,7 +994,7 @@ def _read_block(stream: _Reads, compressed: bool) -> tuple[bytes, str | None]:
 
 
 def _filter_block(
-    data: bytes, name: str, keep: _Keeper, tail: int = -1, *, size: int = -1
+    data: scan.Bytes, name: str, keep: _Keeper, tail: int = -1, *, size: int = -1
 ) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int]:
     """Split a block into lines: (kept lines, last ``tail`` lines, line count, bad UTF-8 lines, long lines).
 
@@ -935,20 +1009,22 @@ def _filter_block(
         fast = _filter_bytes(data, size, name, keep, tail)
         if fast is not None:
             return fast
-    return _filter_lines(data if size == len(data) else data[:size], name, keep, tail)
+    return _filter_lines(data if size == len(data) and isinstance(data, bytes) else bytes(memoryview(data)[:size]), name, keep, tail)
 
 
-def _filter_bytes(data: bytes, size: int, name: str, keep: _Keeper, tail: int) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int] | None:
+def _filter_bytes(
+    data: scan.Bytes, size: int, name: str, keep: _Keeper, tail: int
+) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int] | None:
     """The byte-level prefilter; None when the block is better split into lines (see _filter_block)."""
     scanner = keep.scanner()
     if scanner is None:
         return None
     timer = stages.current()
     with timer.part("prefilter"):
-        got = scanner.scan(data, max(1000, size // scan.DENSE_BYTES_PER_MATCH))
+        got = scanner.scan(memoryview(data)[:size], max(1000, size // scan.DENSE_BYTES_PER_MATCH))
         if got is None:
             return None
-        ascii_only, odd = got.ascii, got.separator  # ascii: of the whole buffer (a partial line after the block can only make it False)
+        ascii_only, odd = got.ascii, got.separator
         n_bad = 0
         if not ascii_only:
             try:

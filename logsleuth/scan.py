@@ -17,7 +17,10 @@ import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
+
+#: A block as ingest hands it over: the bytes read, or a buffer read into again and again.
+Bytes: TypeAlias = bytes | bytearray
 
 #: Blocks at least this big are searched here; smaller ones (a small log) line by line, which needs no
 #: matcher to be compiled (Hyperscan's import and compile take about 20 ms).
@@ -29,12 +32,12 @@ DENSE_BYTES_PER_MATCH = 1024
 _NEWLINE = b"\n"
 
 
-def _bytes_count(data: bytes, needle: bytes, start: int, end: int) -> int:
+def _bytes_count(data: Bytes, needle: bytes, start: int, end: int) -> int:
     return data.count(needle, start, end)
 
 
 @functools.lru_cache(maxsize=1)
-def _counter() -> Callable[[bytes, bytes, int, int], int]:
+def _counter() -> Callable[[Bytes, bytes, int, int], int]:
     """``count(data, needle, start, end)``: StringZilla's SIMD count (four times faster than
     bytes.count on newlines), else bytes.count."""
     try:
@@ -44,7 +47,7 @@ def _counter() -> Callable[[bytes, bytes, int, int], int]:
     return count  # type: ignore[no-any-return]
 
 
-def count_newlines(data: bytes, start: int = 0, end: int | None = None) -> int:
+def count_newlines(data: Bytes, start: int = 0, end: int | None = None) -> int:
     """Newlines in ``data[start:end]``."""
     return int(_counter()(data, _NEWLINE, start, len(data) if end is None else end))
 
@@ -94,7 +97,7 @@ class Scanner:
             scratch = self._local.scratch = self._hs.Scratch(self.db)
         return scratch
 
-    def scan(self, data: bytes, limit: int) -> Matches | None:
+    def scan(self, data: Bytes | memoryview, limit: int) -> Matches | None:
         """Every match in ``data``; None past ``limit`` keyword matches (the scan stops there)."""
         found: list[int] = []
         add = found.append
@@ -131,7 +134,7 @@ def scanner(keywords: tuple[str, ...]) -> Scanner | None:
     return Scanner(hyperscan, [k.encode() for k in keywords if k and "\n" not in k])
 
 
-def candidates(data: bytes, size: int, ends: list[int]) -> Candidates:
+def candidates(data: Bytes, size: int, ends: list[int]) -> Candidates:
     """The lines of ``data[:size]`` (whole lines) that the match ``ends`` fall in, numbered."""
     count = _counter()
     find, rfind = data.find, data.rfind
@@ -155,7 +158,7 @@ def candidates(data: bytes, size: int, ends: list[int]) -> Candidates:
     return Candidates(starts, stops, numbers, n + count(data, _NEWLINE, pos, size))
 
 
-def tail_start(data: bytes, size: int, lines: int) -> int:
+def tail_start(data: Bytes, size: int, lines: int) -> int:
     """Offset of the last ``lines`` lines of ``data[:size]`` (which ends with a newline)."""
     at = size - 1
     rfind = data.rfind
@@ -166,7 +169,7 @@ def tail_start(data: bytes, size: int, lines: int) -> int:
     return at + 1
 
 
-def long_lines(data: bytes, size: int, limit: int, ascii_only: bool) -> int:
+def long_lines(data: Bytes, size: int, limit: int, ascii_only: bool) -> int:
     """Lines of ``data[:size]`` longer than ``limit`` characters (a trailing carriage return not counted).
 
     Such a line holds a whole aligned window of ``limit // 2`` bytes without a newline, so only
@@ -191,7 +194,7 @@ def long_lines(data: bytes, size: int, limit: int, ascii_only: bool) -> int:
     return n
 
 
-def lines_with(data: bytes, size: int, needle: bytes) -> int:
+def lines_with(data: Bytes, size: int, needle: bytes) -> int:
     """How many lines of ``data[:size]`` contain ``needle`` (which holds no newline)."""
     n = 0
     at = data.find(needle, 0, size)

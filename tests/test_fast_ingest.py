@@ -195,3 +195,28 @@ def test_a_separator_keyword_or_carriage_return_keyword_is_tested_on_the_text() 
 def test_inputs_are_unchanged_records() -> None:
     info = InputInfo(file="x")
     assert info.to_dict() == {"file": "x", "bytes": 0, "lines": 0, "problems": []}
+
+
+def test_a_file_read_into_reused_buffers_gives_what_a_gzip_of_it_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Later blocks of a plain file are read into buffers used again (gzip is read as before):
+    the same lines, including across a line longer than a block and a last line without a newline."""
+    import gzip
+
+    rng = random.Random(3)
+    body = _block(rng, 3000, LINES) + b"RuntimeError: " + b"y" * 5000 + b"\n" + _block(rng, 3000, LINES) + b"error at the very end"
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 4096)  # hundreds of blocks, a line longer than one
+    monkeypatch.setattr(scan, "FAST_FROM_BYTES", 0)
+    (tmp_path / "a.log").write_bytes(body)
+    (tmp_path / "a.log.gz").write_bytes(gzip.compress(body))
+    plain = ingest.ingest(ingest.expand([tmp_path / "a.log"]), KEYWORDS)
+    packed = ingest.ingest(ingest.expand([tmp_path / "a.log.gz"]), KEYWORDS)
+    assert plain.lines.drop("file").equals(packed.lines.drop("file"))
+    assert plain.inputs[0].lines == packed.inputs[0].lines == 6002
+
+
+def test_a_big_binary_file_is_drained_without_waiting_for_buffers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 4096)
+    path = tmp_path / "core.out"
+    path.write_bytes((bytes(range(32)) + b"\n") * 20_000)  # 40 blocks of control bytes, every one ends a line
+    got = ingest.ingest(ingest.expand([path]), KEYWORDS)
+    assert "binary file" in got.inputs[0].problems[0]
