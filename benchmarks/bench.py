@@ -47,7 +47,7 @@ from logsleuth import rulebook  # noqa: E402
 
 DATA = HERE / "data"
 PATTERNS = HERE / "rg_patterns.txt"
-STAGES = ("read", "prefilter", "decode", "cap", "clean", "ingest", "parse", "redact", "match", "reason", "classify", "report")
+STAGES = ("start", "read", "prefilter", "decode", "cap", "clean", "ingest", "parse", "redact", "match", "reason", "classify", "report")
 
 
 @dataclass
