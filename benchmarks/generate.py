@@ -118,9 +118,64 @@ def write_job(path: Path, size_bytes: int, ranks: int = 64, seed: int = 7) -> Pa
     return path
 
 
+def write_rank_dir(root: Path, ranks: int = 64, lines_per_rank: int = 90, seed: int = 7) -> Path:
+    """A job's per-rank logs as torchrun ``--log-dir`` leaves them: every node's agent writes
+    ``<log_dir>/<run id>_<random>/attempt_0/<local rank>/{stdout,stderr}.log`` (two files a rank).
+
+    stdout holds the rank's NCCL start-up (NCCL_DEBUG=INFO: the one place its global rank is
+    printed) and its progress; stderr a harmless warning the rank repeats, then the end: the
+    culprit's traceback, which names no rank (its rank is known only from its folder), and the
+    other ranks' watchdog timeouts. Same culprit as :func:`write_job` for the same ranks and seed.
+    """
+    rng = random.Random(seed)
+    culprit = random.Random(seed + ranks).randrange(1, ranks)
+    root.mkdir(parents=True, exist_ok=True)
+    nodes = max(1, (ranks + NPROC - 1) // NPROC)
+    for node in range(nodes):
+        run = root / f"4242_{random.Random(seed * 1000 + node).getrandbits(32):08x}" / "attempt_0"
+        for local in range(min(NPROC, ranks - node * NPROC)):
+            r = node * NPROC + local
+            host, pid = _node(r), 4000 + r
+            out = [
+                f"{host}:{pid}:{pid} [{local}] NCCL INFO Bootstrap : Using ib0:10.{r // 250}.{r % 250}.1<0>",
+                f"{host}:{pid}:{pid} [{local}] NCCL INFO NCCL version 2.21.5+cuda12.4",
+                f"{host}:{pid}:{pid + 90} [{local}] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.{r // 250}.{r % 250}.1<0>",
+                f"{host}:{pid}:{pid + 90} [{local}] NCCL INFO comm 0x{rng.getrandbits(40):x} rank {r} nranks {ranks} cudaDev {local} "
+                f"nvmlDev {local} busId {local}b000 commId 0x5c1e7a11 - Init COMPLETE",
+            ]
+            for step in range(1, lines_per_rank - len(out) + 1):
+                out.append(
+                    f"step {step} loss {rng.random() * 3:.4f} lr 3.0e-04 grad_norm {rng.random():.3f} tokens/s {rng.randint(90000, 130000)}"
+                )
+            err = [
+                "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:624: UserWarning: This DataLoader will create 16"
+                " worker processes in total. Our suggested max number of worker in current system is 12."
+            ] * 3
+            if r == culprit:
+                err += [
+                    "Traceback (most recent call last):",
+                    '  File "/home/user/train/train.py", line 212, in <module>',
+                    "    main()",
+                    '  File "/home/user/train/data.py", line 88, in collate',
+                    '    raise ValueError(f"sample {idx} has {n} tokens, expected <= 8192")',
+                    "ValueError: sample 918273 has 9001 tokens, expected <= 8192",
+                ]
+            else:
+                err.append(
+                    f"[rank{r}]:[E1122 02:40:23.026531 {9000 + r} ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+                    "operation timeout: WorkNCCL(SeqNum=48211, OpType=ALLREDUCE, NumelIn=50331648, NumelOut=50331648, "
+                    "Timeout(ms)=600000) ran for 600049 milliseconds before timing out."
+                )
+            folder = run / str(local)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "stdout.log").write_text("\n".join(out) + "\n")
+            (folder / "stderr.log").write_text("\n".join(err) + "\n")
+    return root
+
+
 def parse_size(text: str) -> int:
-    """'10MB', '1GB', '512KB' -> bytes (powers of 1000, as disks count)."""
-    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9}
+    """'10MB', '1GB', '512KB' -> bytes (powers of 1000, as disks count); '1GiB', '16MiB': powers of 1024."""
+    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
     for unit, factor in units.items():
         if text.upper().endswith(unit):
             return int(float(text[: -len(unit)]) * factor)
@@ -133,8 +188,12 @@ def main() -> None:
     ap.add_argument("--size", default="10MB", help="target size, e.g. 10MB, 1GB")
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--per-rank", action="store_true", help="a folder of per-rank files (torchrun --log-dir) instead of one log")
     args = ap.parse_args()
-    write_job(args.path, parse_size(args.size), args.ranks, args.seed)
+    if args.per_rank:
+        write_rank_dir(args.path, args.ranks, seed=args.seed)
+    else:
+        write_job(args.path, parse_size(args.size), args.ranks, args.seed)
 
 
 if __name__ == "__main__":

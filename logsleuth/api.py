@@ -7,6 +7,7 @@ an epilog calls it and must always get a report back.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import traceback
@@ -17,7 +18,7 @@ from typing import BinaryIO
 
 import polars as pl
 
-from . import __version__, classify, fuse, ingest, jobs, match, parse, reason, rulebook
+from . import __version__, classify, fuse, ingest, jobs, match, parse, reason, rulebook, stages
 from .redact import redact_all, redact_frame
 from .report.build import build
 from .report.model import CandidateOut, Evidence, FirstFailure, InputOut, Report, Verdict
@@ -81,12 +82,14 @@ def _run(
     split: bool,
 ) -> list[Report]:
     started = time.monotonic()
+    timer = stages.begin()
     if isinstance(paths, (str, os.PathLike)):  # one path given bare: a common slip, not an error
         paths = [paths]
     inputs: list[ingest.InputInfo] = []
     try:
-        inputs = ingest.expand(paths)
-        ruleset = rulebook.load(rules or ())
+        with timer.stage("start"):
+            inputs = ingest.expand(paths)
+            ruleset = rulebook.load(rules or ())
         events = load_events(inputs, ruleset, budget_s=budget_s, stdin=stdin, redact=redact)
         groups = jobs.group(events, inputs)
         if len(groups) < 2 or not split:
@@ -115,7 +118,10 @@ def _run(
         raise
     except BaseException as exc:  # noqa: BLE001 - the promise: a report, never a traceback (a Rust panic is no Exception)
         reports = [_failed_report(inputs, exc)]
-    return [redact_all(r) for r in reports] if redact else reports
+    if not redact:
+        return reports
+    with timer.stage("report"):
+        return [redact_all(r) for r in reports]
 
 
 def _diagnose(
@@ -127,10 +133,14 @@ def _diagnose(
     started: float,
 ) -> Report:
     """Match, reason, fuse and build: one report from one job's events."""
-    hits = match.match(events, ruleset)
-    reasoning = reason.reason(events, hits, ruleset)
+    timer = stages.current()
+    with timer.stage("match"):
+        hits = match.match(events, ruleset)
+    with timer.stage("reason"):
+        reasoning = reason.reason(events, hits, ruleset)
     clf_started = time.monotonic()
-    reasoning = fused(events, reasoning, model, enabled=classifier)
+    with timer.stage("classify"):
+        reasoning = fused(events, reasoning, model, enabled=classifier)
     stats = {
         "events": events.height,
         "hits": hits.height,
@@ -138,7 +148,8 @@ def _diagnose(
         "classifier_seconds": round(time.monotonic() - clf_started, 3),
         "seconds": round(time.monotonic() - started, 3),
     }
-    return _honest(build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats))
+    with timer.stage("report"):
+        return _honest(build(events, hits, reasoning, ruleset, inputs, version=__version__, stats=stats))
 
 
 #: Input problems after which the rest of an input was not read.
@@ -205,14 +216,20 @@ def load_events(
 
     Secrets are redacted here, once, so no output built on the table can leak them.
     """
-    ingested = ingest.ingest(
-        inputs,
-        [*parse.KEYWORDS, *ruleset.keywords],
-        deadline=ingest.deadline_from_budget(None if budget_s is None else budget_s * READ_SHARE),
-        stdin=stdin,
-    )
-    events = reason.resolve_identity(parse.build(ingested.lines, _years(inputs, ingested.lines)))
-    return redact_frame(events) if redact else events
+    timer = stages.current()
+    with timer.stage("ingest"):
+        ingested = ingest.ingest(
+            inputs,
+            [*parse.KEYWORDS, *ruleset.keywords],
+            deadline=ingest.deadline_from_budget(None if budget_s is None else budget_s * READ_SHARE),
+            stdin=stdin,
+        )
+    with timer.stage("parse"):
+        events = reason.resolve_identity(parse.build(ingested.lines, _years(inputs, ingested.lines)))
+    if not redact:
+        return events
+    with timer.stage("redact"):
+        return redact_frame(events)
 
 
 def events_for(
@@ -242,7 +259,12 @@ def _years(inputs: list[ingest.InputInfo], lines: pl.DataFrame) -> dict[str, int
     seen = dict(zip(dated.get_column("file").to_list(), dated.get_column("year").to_list(), strict=True))
     fallback = next(iter(seen.values()), None)
     now = datetime.now().year
-    return {i.file: seen.get(i.file) or fallback or (datetime.fromtimestamp(i.mtime).year if i.mtime else now) for i in inputs}
+
+    @functools.lru_cache(maxsize=256)
+    def year_of(minute: int) -> int:  # thousands of per-rank files are written in the same few minutes
+        return datetime.fromtimestamp(minute * 60).year  # (time zones differ from UTC by whole quarter hours)
+
+    return {i.file: seen.get(i.file) or fallback or (year_of(int(i.mtime) // 60) if i.mtime else now) for i in inputs}
 
 
 #: A full date and time of day (SLURM, ISO, NCCL WARN stamps): the year group is what _years takes.

@@ -99,8 +99,12 @@ def analyze(
         str | None, typer.Option("--job-id", envvar="SLURM_JOB_ID", help="Job id recorded with --store (default: $SLURM_JOB_ID).")
     ] = None,
     merge: Annotated[bool, typer.Option("--merge", help="One report for all inputs, even when they hold several SLURM jobs.")] = False,
+    timings: Annotated[
+        bool, typer.Option("--timings", hidden=True, help="Print seconds and CPU seconds per stage to stderr (benchmarks).")
+    ] = False,
 ) -> None:
     """Analyse the logs of a job and print the verdict (one per job when the inputs hold several)."""
+    from . import stages
     from .api import analyze_jobs
     from .report.render import FORMATS, render_many, step_summary
 
@@ -115,7 +119,12 @@ def analyze(
         _check_fail_on(fail_on, ruleset)
     reports = analyze_jobs(paths, rules=rules, budget_s=budget, redact=not no_redact, model=model, classifier=not no_model, merge=merge)
     use_color = (sys.stdout.isatty() and output is None) if color is None else color
-    text = render_many(reports, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
+    with stages.current().stage("report"):
+        text = render_many(reports, fmt, color=use_color, workspace=os.environ.get("GITHUB_WORKSPACE"))
+    if timings:
+        import json
+
+        _err("timings " + json.dumps(stages.current().to_dict()))
     if output:
         try:
             output.write_text(text, encoding="utf-8")

@@ -36,9 +36,16 @@ def _slow_reads(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
         time.sleep(seconds)
         return real(stream, compressed)
 
+    real_into = ingest._read_into  # a plain file's later blocks are read into buffers used again
+
+    def slow_into(stream: ingest._Reads, buf: bytearray) -> tuple[int, str | None]:
+        time.sleep(seconds)
+        return real_into(stream, buf)
+
     monkeypatch.setattr(ingest, "BLOCK_BYTES", 64 << 10)
     monkeypatch.setattr(ingest, "TAIL_FIRST_BYTES", 64 << 10)
     monkeypatch.setattr(ingest, "_read_block", slow)
+    monkeypatch.setattr(ingest, "_read_into", slow_into)
 
 
 def test_the_end_of_a_file_is_read_first_so_a_budget_that_runs_out_still_sees_the_failure(

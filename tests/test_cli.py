@@ -161,3 +161,13 @@ def test_history_exit_codes(tmp_path: Path) -> None:
     assert runner.invoke(app, ["history", str(tmp_path), "--since", "last tuesday"]).exit_code == EXIT_USAGE
     assert runner.invoke(app, ["history", str(tmp_path), "--format", "yaml"]).exit_code == EXIT_USAGE
     assert runner.invoke(app, ["history", str(tmp_path)]).exit_code == 0  # an empty store is not an error
+
+
+def test_timings_go_to_stderr_and_leave_the_report_alone(job: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(job), "--format", "json", "--timings"])
+    assert result.exit_code == 0
+    json.loads(result.stdout)
+    line = next(x for x in result.stderr.splitlines() if x.startswith("logsleuth: timings "))
+    stages = json.loads(line.removeprefix("logsleuth: timings "))
+    for name in ("ingest", "read", "prefilter", "decode", "parse", "match", "reason", "classify", "report"):
+        assert stages[name]["s"] >= 0 and stages[name]["cpu_s"] >= 0

@@ -78,6 +78,17 @@ def test_redact_all_reaches_notes_and_nested_fields() -> None:
     assert TOKEN in report.notes[0]  # the original is left alone
 
 
+def test_redact_all_on_a_big_report_runs_vectorised_and_masks_the_same() -> None:
+    """A 4,096-rank report holds thousands of strings: they are redacted in one polars pass (issue 17),
+    with the replacements the Python engine makes one by one."""
+    texts = [t for t, _ in CASES] + KEPT + [f"rank {i} on gpu{i:04d}: last line step {i}" for i in range(200)]
+    report = {"ranks": [{"note": t, "nested": [t, {"x": t}]} for t in texts], "n": 3}
+    clean = redact_all(report)
+    assert clean == {"ranks": [{"note": redact(t), "nested": [redact(t), {"x": redact(t)}]} for t in texts], "n": 3}
+    quiet = {"ranks": [f"rank {i}" for i in range(100)]}
+    assert redact_all(quiet) is quiet  # nothing to mask: no copy made
+
+
 def test_the_fixture_really_holds_the_secret_on_its_evidence_line() -> None:
     report = analyze([SECRET_JOB], redact=False)
     assert TOKEN in report.verdict.evidence[0].text

@@ -82,6 +82,7 @@ def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
     df = _message_ranks(df)
     df = _task_nodes(df, agents)
     df = _file_nodes(df)
+    df = _worker_folders(df)
     df = _join(df, ["node", "pid"], "rank")
     df = _join(df, ["node", "local_rank"], "rank")
     df = _node_offsets(df)
@@ -127,8 +128,43 @@ def _task_nodes(df: pl.DataFrame, agents: set[str]) -> pl.DataFrame:
     )
 
 
-#: Per-rank output files as launchers name them (srun --output=rank-%t.out, log_rank_3.txt, worker-7.log).
-_RANK_FILE = r"(?i)(?:^|[/._-])(?:rank|proc|task|worker)[._-]?(\d{1,6})(?:\.[a-z]+)*(?:\.gz)?$"
+#: Per-rank output files as launchers name them (srun --output=rank-%t.out, log_rank_3.txt, worker-7.log,
+#: srun --output=%t.out).
+_RANK_FILE = r"(?i)(?:(?:^|[/._-])(?:rank|proc|task|worker)[._-]?(\d{1,6})(?:\.[a-z]+)*|(?:^|/)(\d{1,6})\.(?:out|err))(?:\.gz)?$"
+#: torchrun --log-dir: <log dir>/<run>_<id>/attempt_<n>/<local rank>/{stdout,stderr}.log, one folder per worker process.
+_WORKER_FOLDER = r"^(.*/)?attempt_\d+/(\d{1,5})/[^/]+$"
+
+
+def _worker_folders(df: pl.DataFrame) -> pl.DataFrame:
+    """The files of one torchrun worker's folder are one process: the folder names its local rank,
+    and a rank, node or pid that the lines of one of its files give (NCCL's start-up in stdout) is
+    that of the others too (the traceback in stderr). Taken only where the folder's lines agree.
+    Worked out once per file, not per line."""
+    files = df.select("file").unique()
+    folder = pl.col("file").str.extract(_WORKER_FOLDER, 0).str.replace(r"/[^/]+$", "")
+    files = files.with_columns(
+        folder.alias("_dir"), pl.col("file").str.extract(_WORKER_FOLDER, 2).cast(pl.Int32, strict=False).alias("_lr")
+    )
+    files = files.filter(pl.col("_dir").is_not_null())
+    if files.is_empty():
+        return df
+    df = df.join(files, on="file", how="left")
+    df = df.with_columns(
+        pl.when(pl.col("_dir").is_not_null()).then(pl.coalesce("local_rank", "_lr")).otherwise("local_rank").alias("local_rank")
+    )
+    # what the folder's lines agree on: one value each (a line naming another rank would make two)
+    agreed = (
+        df.filter(pl.col("_dir").is_not_null())
+        .group_by("_dir")
+        .agg(
+            *(
+                pl.when(pl.col(c).drop_nulls().n_unique() == 1).then(pl.col(c).drop_nulls().first()).alias(f"_{c}")
+                for c in ("rank", "node", "pid")
+            )
+        )
+    )
+    df = df.join(agreed, on="_dir", how="left")
+    return df.with_columns(pl.coalesce(c, f"_{c}").alias(c) for c in ("rank", "node", "pid")).drop("_dir", "_lr", "_rank", "_node", "_pid")
 
 
 def _file_ranks(df: pl.DataFrame) -> pl.DataFrame:
@@ -137,7 +173,15 @@ def _file_ranks(df: pl.DataFrame) -> pl.DataFrame:
     The name counts only when the file has no srun labels and every rank prefix
     inside it agrees with the name.
     """
-    named = df.select("file").unique().with_columns(pl.col("file").str.extract(_RANK_FILE, 1).cast(pl.Int32, strict=False).alias("_frank"))
+    named = (
+        df.select("file")
+        .unique()
+        .with_columns(
+            pl.coalesce(pl.col("file").str.extract(_RANK_FILE, 1), pl.col("file").str.extract(_RANK_FILE, 2))
+            .cast(pl.Int32, strict=False)
+            .alias("_frank")
+        )
+    )
     named = named.filter(pl.col("_frank").is_not_null())
     if named.is_empty():
         return df
@@ -174,9 +218,22 @@ _SELF_NAMED = (
 _SPAWN_HEADER = r"^-- Process (\d+) terminated with the following error:"
 
 
+#: Words each of the _SELF_NAMED phrasings and _SPAWN_HEADER holds: messages without any are not searched.
+_SELF_NAMED_WORDS = (
+    "receive grad for rank",
+    "between collectives on ranks",
+    "barrier on rank",
+    "Command '[",
+    " terminated with ",
+    "-- Process ",
+)
+
+
 def _message_ranks(df: pl.DataFrame) -> pl.DataFrame:
     """Rank or local rank named by the failure text itself, where no prefix gave one."""
     msg = pl.col("message")
+    if not df.select(msg.str.contains_any(list(_SELF_NAMED_WORDS)).any()).item():  # one pass; most logs have none
+        return df
     for pattern, column in _SELF_NAMED:
         df = df.with_columns(pl.coalesce(column, msg.str.extract(pattern, 1).cast(pl.Int32, strict=False)).alias(column))
     header = msg.str.extract(_SPAWN_HEADER, 1).cast(pl.Int32, strict=False)

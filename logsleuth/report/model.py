@@ -35,6 +35,21 @@ def map_text(value: T, fn: Callable[[str], str]) -> T:
     return value
 
 
+def collect_text(value: object, out: set[str]) -> None:
+    """Add every string inside ``value`` to ``out`` (the strings :func:`map_text` would map)."""
+    if isinstance(value, str):
+        out.add(value)
+    elif isinstance(value, list):
+        for v in value:
+            collect_text(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            collect_text(v, out)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            collect_text(getattr(value, f.name), out)
+
+
 @dataclass
 class Evidence:
     file: str

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 
+import logsleuth
+from logsleuth.api import events_for
 from logsleuth.reason import rank_table
 from logsleuth.reason.identity import per_node_files, srun_task_nodes
 from tests.conftest import events_of
@@ -160,3 +164,46 @@ def test_block_numbering_is_not_guessed_when_the_known_ranks_contradict_it() -> 
     text = SRUN_PER_NODE.replace("0: [default0]:step 1 loss 0.1372", "0: [default3]:loading shard 3")
     ev = events_of(text)
     assert ev.filter(pl.col("message") == "loading shard 3").get_column("rank").to_list() == [None]
+
+
+def _worker(root: Path, run: str, local: int, stdout: list[str], stderr: list[str]) -> None:
+    folder = root / run / "attempt_0" / str(local)
+    folder.mkdir(parents=True)
+    (folder / "stdout.log").write_text("\n".join(stdout) + "\n")
+    (folder / "stderr.log").write_text("\n".join(stderr) + "\n")
+
+
+def test_a_torchrun_worker_folder_gives_its_traceback_the_rank_its_stdout_names(tmp_path: Path) -> None:
+    """torchrun --log-dir: the culprit's stderr.log names no rank; its stdout.log's NCCL start-up
+    does, and the folder makes them one process (issue 17: lost from 64 ranks upward)."""
+    tb = ["Traceback (most recent call last):", '  File "/home/u/train.py", line 9, in <module>', "ValueError: bad sample 17"]
+    for node in range(9):  # 72 ranks on 9 nodes
+        for local in range(8):
+            r = node * 8 + local
+            init = f"gpu{node:04d}:{4000 + r}:{4000 + r} [{local}] NCCL INFO comm 0xab rank {r} nranks 72 cudaDev {local} - Init COMPLETE"
+            err = (
+                tb
+                if r == 67
+                else [
+                    f"[rank{r}]:[E1122 02:40:23.026531 {9000 + r} ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation timeout"
+                ]
+            )
+            _worker(tmp_path, f"4242_{node:08x}", local, [init, "step 1 loss 0.5"], err)
+    report = logsleuth.analyze(tmp_path)
+    assert report.verdict.first_failure.rank == 67 and report.verdict.first_failure.node == "gpu0008"
+
+
+def test_a_worker_folder_names_the_local_rank_and_one_node_makes_it_the_rank(tmp_path: Path) -> None:
+    tb = ["Traceback (most recent call last):", '  File "/home/u/train.py", line 9, in <module>', "ValueError: bad sample 17"]
+    for local in range(4):
+        _worker(tmp_path, "4242_0a1b2c3d", local, ["step 1 loss 0.5"], tb if local == 2 else ["step 1 done"])
+    events = events_for([str(tmp_path)])[0]
+    tbs = events.filter(pl.col("kind") == "traceback")
+    assert tbs.get_column("local_rank").to_list() == [2]
+    assert logsleuth.analyze(tmp_path).verdict.first_failure.rank == 2
+
+
+def test_srun_percent_t_output_files_are_ranks(tmp_path: Path) -> None:
+    (tmp_path / "0.out").write_text("step 1 loss 0.5\n")
+    (tmp_path / "5.out").write_text('Traceback (most recent call last):\n  File "/t.py", line 1, in <module>\nValueError: bad\n')
+    assert logsleuth.analyze(tmp_path).verdict.first_failure.rank == 5
