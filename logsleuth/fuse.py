@@ -206,7 +206,7 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
             eids = reasoning.signals[:50] if label == "unknown" else [] if label == "none" else prediction.evidence.get(label, [])
             out.append(Candidate(label, label, "primary", p, p, eids, [], _ranks(events, eids)))
     notes = list(reasoning.notes)
-    if not reasoning.candidates and not reasoning.failed and not reasoning.active:
+    if not reasoning.candidates and not reasoning.active:
         # set-up lines only (reason.shows_activity): nothing to decide from; the classifier's reading is a guess, listed
         guesses = [c for c in out if c.category != "unknown"]
         top = max((c.confidence for c in guesses), default=0.0)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 
 class Stages:
@@ -27,23 +27,21 @@ class Stages:
             self.seconds[name] = self.seconds.get(name, 0.0) + seconds
             self.cpu[name] = self.cpu.get(name, 0.0) + cpu
 
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str) -> AbstractContextManager[None]:
         """A stage of the pipeline: wall time, and CPU time of the whole process."""
-        wall, cpu = time.perf_counter(), time.process_time()
-        try:
-            yield
-        finally:
-            self.add(name, time.perf_counter() - wall, time.process_time() - cpu)
+        return self._timed(name, time.process_time)
+
+    def part(self, name: str) -> AbstractContextManager[None]:
+        """A part of a stage that threads run side by side: this thread's busy and CPU time."""
+        return self._timed(name, time.thread_time)
 
     @contextmanager
-    def part(self, name: str) -> Iterator[None]:
-        """A part of a stage that threads run side by side: this thread's busy and CPU time."""
-        wall, cpu = time.perf_counter(), time.thread_time()
+    def _timed(self, name: str, cpu_clock: Callable[[], float]) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), cpu_clock()
         try:
             yield
         finally:
-            self.add(name, time.perf_counter() - wall, time.thread_time() - cpu)
+            self.add(name, time.perf_counter() - wall, cpu_clock() - cpu)
 
     def to_dict(self) -> dict[str, dict[str, float]]:
         return {k: {"s": round(v, 4), "cpu_s": round(self.cpu[k], 4)} for k, v in self.seconds.items()}

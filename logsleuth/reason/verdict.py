@@ -240,7 +240,7 @@ class Reasoning:
     offsets: dict[str, float] = field(default_factory=dict)
     handled: list[int] = field(default_factory=list)  # exceptions the process survived (events it kept working after)
     signals: list[int] = field(default_factory=list)  # events that show a failure, explained or not (failure_signals)
-    active: bool = True  # the logs show the job at work: an alarming line, progress or an ending (shows_activity)
+    active: bool = True  # a failure, or the job at work: an alarming line, progress or an ending (failed or shows_activity)
 
 
 def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
@@ -413,6 +413,17 @@ _ENDED_WELL = (
 )
 
 
+#: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
+_PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
+#: An ordinary output line that shows training going on (not a source line of a traceback printed unfolded).
+_PROGRESS_LINE = (
+    (pl.col("kind") == "line")
+    & (pl.col("level") == "info")
+    & pl.col("message").str.contains(_PROGRESS)
+    & ~pl.col("message").str.contains(SHOWN_SOURCE)
+)
+
+
 def shows_activity(ev: pl.DataFrame) -> bool:
     """Do the logs show the job at work, so that finding no failure in them means something?
 
@@ -421,24 +432,19 @@ def shows_activity(ev: pl.DataFrame) -> bool:
     a line a rule explains, training progress (steps, epochs, a loss, a progress bar) or
     an ending (torchelastic's SUCCEEDED). A paste of NCCL's initialisation lines alone,
     or of a launcher's banner, stops before anything happened: its failure, if any, is
-    after the last line, and \"the job ran to completion\" would be a guess."""
+    after the last line, and "the job ran to completion" would be a guess."""
     if ev.is_empty():
         return False
     msg = pl.col("message")
-    info_line = (pl.col("kind") == "line") & (pl.col("level") == "info") & ~msg.str.contains(SHOWN_SOURCE).fill_null(False)
     hit = pl.col("hit_role").is_not_null() if "hit_role" in ev.columns else pl.lit(False)
     at_work = (
         pl.col("level").is_in(["warning", "error", "fatal"])
         | hit
         | pl.col("step").is_not_null()
-        | (info_line & msg.str.contains(_PROGRESS).fill_null(False))
+        | _PROGRESS_LINE
         | msg.str.contains(_ENDED_WELL).fill_null(False)
     )
     return bool(ev.select(at_work.fill_null(False).any()).item())
-
-
-#: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
-_PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
 
 
 def _handled(ev: pl.DataFrame) -> list[int]:
@@ -457,14 +463,8 @@ def _handled(ev: pl.DataFrame) -> list[int]:
     said = ev.filter(pl.col("rank").is_not_null() & (pl.col("kind") != "dist_member"))
     ranked_files = said.get_column("file").unique().to_list()
     multi_rank = said.get_column("rank").n_unique() > 1
-    progress = (
-        (pl.col("kind") == "line")
-        & (pl.col("level") == "info")
-        & pl.col("message").str.contains(_PROGRESS)
-        & ~pl.col("message").str.contains(SHOWN_SOURCE)
-    )
     # the same process: a traceback whose writer is known (Ray's "(Worker pid=N)") is survived only by that pid's progress
-    ordinary = ev.filter(progress).group_by("file", "rank", "pid").agg(pl.col("line").max().alias("_last_ok"))
+    ordinary = ev.filter(_PROGRESS_LINE).group_by("file", "rank", "pid").agg(pl.col("line").max().alias("_last_ok"))
     tb = ev.filter((pl.col("kind") == "traceback") & pl.col("level").is_in(["error", "fatal"]))
     if tb.is_empty():
         return []

@@ -220,7 +220,7 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
     else:
         category = "unknown" if reasoning.failed else "none"
     # nothing failed, but nothing shows the job at work either: an honest unknown, not an all-clear
-    quiet = category in ("none", "unknown") and not reasoning.failed and not reasoning.active
+    quiet = category in ("none", "unknown") and not reasoning.active
     if quiet:
         category = "unknown"
         last_lines = events.with_row_index("eid").sort("file", "line").group_by("file", maintain_order=True).last()
