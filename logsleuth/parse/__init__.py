@@ -129,6 +129,15 @@ KEYWORDS: tuple[str, ...] = (
     "ndezvous",
     "torch.distributed",
     "ersion",
+    # a job or worker that ended well (reason.verdict._ENDED_WELL)
+    "SUCCEEDED",
+    "successfully finished",
+    "Done waiting",
+    "exits successfully",
+    "Trainer.fit` stopped",
+    "raining complete",
+    "raining finished",
+    "raining done",
 )
 
 #: A process's exit status as shells, IDEs, subprocess and job tools print it on a line of its own:

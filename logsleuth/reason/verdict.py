@@ -241,6 +241,7 @@ class Reasoning:
     handled: list[int] = field(default_factory=list)  # exceptions the process survived (events it kept working after)
     signals: list[int] = field(default_factory=list)  # events that show a failure, explained or not (failure_signals)
     active: bool = True  # a failure, or the job at work: an alarming line, progress or an ending (failed or shows_activity)
+    ended: bool = False  # a line says the job or a worker of it ended well (shows_ending)
 
 
 def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
@@ -330,6 +331,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         handled=handled,
         signals=[int(e) for e in signal.arg_true().to_list() if e not in handled],
         active=failed or shows_activity(ev),
+        ended=shows_ending(ev),
     )
 
 
@@ -409,7 +411,8 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
 #: A line that says the job, or a worker of it, ended well (torchelastic's events and agent, Trainer loops).
 _ENDED_WELL = (
     r"torchelastic\.worker\.status\.SUCCEEDED|worker group successfully finished|Done waiting for other agents"
-    r"|(?i:\btraining (?:completed|finished|complete|done)\b)"
+    r"|Local worker group finished \(WorkerState\.SUCCEEDED\)|Process \d+ exits successfully\."
+    r"|`Trainer\.fit` stopped: `max_(?:epochs|steps|time)=|(?i:\btraining (?:completed|finished|complete|done)\b)"
 )
 
 
@@ -445,6 +448,12 @@ def shows_activity(ev: pl.DataFrame) -> bool:
         | msg.str.contains(_ENDED_WELL).fill_null(False)
     )
     return bool(ev.select(at_work.fill_null(False).any()).item())
+
+
+def shows_ending(ev: pl.DataFrame) -> bool:
+    """Does a line say the job, or a worker of it, ended well? Without one, "no failure found"
+    means only that the lines read show none: a job that hung or was killed silently reads the same."""
+    return not ev.is_empty() and bool(ev.select(pl.col("message").str.contains(_ENDED_WELL).fill_null(False).any()).item())
 
 
 def _handled(ev: pl.DataFrame) -> list[int]:

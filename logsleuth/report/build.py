@@ -17,7 +17,17 @@ from logsleuth.taxonomy import TAXONOMY
 
 from .model import CandidateOut, Evidence, FirstFailure, InputOut, RankOut, Report, SuspectNodeOut, Verdict
 
-_NONE_SUMMARY = "No failure found in the inputs: the job appears to have run to completion."
+_NONE_SUMMARY = "No failure found in the inputs: the job ran to completion."
+_UNFINISHED_SUMMARY = (
+    "No failure found in the inputs: the job was at work and no line read shows it failing, but none shows it ending"
+    " either. If it hung or was killed without a message, the cause is after the last line read."
+)
+_UNFINISHED_FIX = (
+    "If the job did not finish, give logsleuth the whole log of every rank, including the launcher's and SLURM's output"
+    " (a paste cut before the end cannot show why the job ended).",
+    "If it hung, re-run with NCCL_DEBUG=INFO, TORCH_DISTRIBUTED_DEBUG=DETAIL and a collective timeout"
+    " (init_process_group(timeout=...)) so that a hang ends with an error that names the stuck collective.",
+)
 _UNKNOWN_SUMMARY = "The job failed, but no known cause matches its messages; the first failure lines are shown as evidence."
 _QUIET_SUMMARY = (
     "No failure found, but nothing in the inputs shows the job at work or finishing either: they hold only"
@@ -225,7 +235,8 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
         category = "unknown"
         last_lines = events.with_row_index("eid").sort("file", "line").group_by("file", maintain_order=True).last()
         failures = last_lines.get_column("eid").to_list()
-    summary = _QUIET_SUMMARY if quiet else _UNKNOWN_SUMMARY if category == "unknown" else _NONE_SUMMARY
+    unfinished = category == "none" and not reasoning.ended
+    summary = _QUIET_SUMMARY if quiet else _UNKNOWN_SUMMARY if category == "unknown" else _UNFINISHED_SUMMARY if unfinished else _NONE_SUMMARY
     if category == "unknown" and not quiet and (ff.get("rank") is not None or ff.get("node")):
         summary = f"{_where_phrase(ff.get('rank'), ff.get('node')).capitalize()} failed first, but no known cause matches its messages; its lines are shown as evidence."
         summary += _cascade_sentence(reasoning)
@@ -236,8 +247,8 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
         first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
         evidence=_evidence(events, _pick_evidence(events, failures, 3), best_rule),
         summary=summary,
-        fix=list(_QUIET_FIX if quiet else _UNKNOWN_FIX) if category == "unknown" else [],
-        title="Not enough to tell" if quiet else "Unknown failure" if category == "unknown" else "No failure",
+        fix=list(_QUIET_FIX if quiet else _UNKNOWN_FIX) if category == "unknown" else list(_UNFINISHED_FIX) if unfinished else [],
+        title="Not enough to tell" if quiet else "Unknown failure" if category == "unknown" else "No failure seen" if unfinished else "No failure",
         explanation=TAXONOMY[category],
     )
     if category == "unknown" and lead is None and failures and not quiet:
