@@ -43,6 +43,14 @@ _UNKNOWN_FIX = (
     "Re-run with NCCL_DEBUG=INFO, TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_SHOW_CPP_STACKTRACES=1 to get more detail.",
     "If this is a new failure pattern, add a rule (see `logsleuth rules --help`) so it is recognised next time.",
 )
+#: The readings of a job no cause explains: (title, summary, fix) for a failure no rule knows, a paste of
+#: set-up lines only, a clean run that shows its ending, and one that does not.
+_NO_CAUSE: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "unknown": ("Unknown failure", _UNKNOWN_SUMMARY, _UNKNOWN_FIX),
+    "quiet": ("Not enough to tell", _QUIET_SUMMARY, _QUIET_FIX),
+    "none": ("No failure", _NONE_SUMMARY, ()),
+    "unfinished": ("No failure seen", _UNFINISHED_SUMMARY, _UNFINISHED_FIX),
+}
 
 
 class _Lenient(string.Formatter):
@@ -235,8 +243,9 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
         category = "unknown"
         last_lines = events.with_row_index("eid").sort("file", "line").group_by("file", maintain_order=True).last()
         failures = last_lines.get_column("eid").to_list()
-    unfinished = category == "none" and not reasoning.ended
-    summary = _QUIET_SUMMARY if quiet else _UNKNOWN_SUMMARY if category == "unknown" else _UNFINISHED_SUMMARY if unfinished else _NONE_SUMMARY
+    # which of the four no-cause readings this is: its title, summary and fix
+    kind = "quiet" if quiet else category if category == "unknown" or reasoning.ended else "unfinished"
+    title, summary, fix = _NO_CAUSE[kind]
     if category == "unknown" and not quiet and (ff.get("rank") is not None or ff.get("node")):
         summary = f"{_where_phrase(ff.get('rank'), ff.get('node')).capitalize()} failed first, but no known cause matches its messages; its lines are shown as evidence."
         summary += _cascade_sentence(reasoning)
@@ -247,8 +256,8 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
         first_failure=FirstFailure(ff.get("rank"), ff.get("node"), ff.get("time")),  # type: ignore[arg-type]
         evidence=_evidence(events, _pick_evidence(events, failures, 3), best_rule),
         summary=summary,
-        fix=list(_QUIET_FIX if quiet else _UNKNOWN_FIX) if category == "unknown" else list(_UNFINISHED_FIX) if unfinished else [],
-        title="Not enough to tell" if quiet else "Unknown failure" if category == "unknown" else "No failure seen" if unfinished else "No failure",
+        fix=list(fix),
+        title=title,
         explanation=TAXONOMY[category],
     )
     if category == "unknown" and lead is None and failures and not quiet:
