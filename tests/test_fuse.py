@@ -72,17 +72,18 @@ def test_without_a_model_the_rules_reasoning_passes_through() -> None:
     assert fuse.fuse(ev, r, None, None) is r
 
 
-def test_a_confident_classifier_names_a_cause_no_rule_knows_and_shows_its_lines() -> None:
+def test_a_classifier_guess_no_rule_backs_is_listed_with_its_lines_not_given_as_the_cause() -> None:
+    # at first contact such verdicts were right 2 times in 13 (batches e to h): unknown leads, the guess follows
     ev, r = reasoned(OOM_JOB, without="cuda_oom")
     assert "cuda_oom" not in {c.category for c in r.candidates}
     oom_line = ev.with_row_index("eid").filter(pl.col("message").str.contains("out of memory")).get_column("eid")[0]
     out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}, {"cuda_oom": [oom_line]}), model())
-    lead = out.candidates[0]
-    assert (lead.category, lead.eids, lead.rules) == ("cuda_oom", [oom_line], [])
-    assert out.first_failure["rank"] == 3
-    assert any("learned classifier" in n for n in out.notes)
+    assert out.candidates[0].category == "unknown"
+    guess = out.candidates[1]
+    assert (guess.category, guess.eids, guess.rules) == ("cuda_oom", [oom_line], [])
+    assert any("classifier's guess, cuda_oom" in n for n in out.notes)
     report = build(ev, match.match(ev, rulebook.load()), out, rulebook.load(), [], version="")
-    assert report.verdict.category == "cuda_oom" and "out of memory" in report.verdict.evidence[0].text
+    assert report.verdict.category == "unknown" and report.candidates[1].category == "cuda_oom"
 
 
 def test_below_the_threshold_the_verdict_is_unknown_and_the_guesses_still_follow() -> None:
@@ -113,7 +114,7 @@ def test_a_classifier_guess_no_error_line_supports_is_not_a_verdict() -> None:
     ev, r = reasoned(OOM_JOB, without="cuda_oom")
     out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}), model(threshold=0.0))
     assert [c.category for c in out.candidates][:2] == ["unknown", "cuda_oom"]
-    assert any("no error line supports it" in n for n in out.notes)
+    assert any("classifier's guess, cuda_oom" in n for n in out.notes)
 
 
 def test_a_clean_run_stays_none_when_the_classifier_agrees() -> None:
@@ -186,7 +187,7 @@ def test_abstaining_keeps_the_reasoners_own_unknown_evidence() -> None:
     own = r.candidates[0]
     assert own.category == "unknown" and ev.row(own.eids[0], named=True)["kind"] == "srun_exit"
     out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}), model(threshold=0.99))
-    assert any("does not decide" in n for n in out.notes)
+    assert any("listed as a candidate" in n for n in out.notes)
     assert out.candidates[0].category == "unknown" and out.candidates[0].eids == own.eids
     assert out.first_failure["rank"] == 2
 
@@ -198,8 +199,6 @@ def test_a_classifier_only_cause_without_a_clear_margin_is_not_the_verdict() -> 
     close = fuse.fuse(ev, r, prediction({"cuda_oom": 0.42, "user_code_error": 0.40}, {"cuda_oom": [oom_line]}), model(threshold=0.0))
     assert close.candidates[0].category == "unknown"
     assert any("without a clear margin" in n for n in close.notes)
-    clear = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}, {"cuda_oom": [oom_line]}), model(threshold=0.0))
-    assert clear.candidates[0].category == "cuda_oom"
 
 
 def test_a_classifier_only_cause_without_a_clear_margin_yields_to_a_weak_rules_cause() -> None:
@@ -214,3 +213,18 @@ def test_lines_without_a_failure_signal_stay_none_whatever_the_classifier_favour
     assert not r.failed and not r.candidates
     out = fuse.fuse(ev, r, prediction({"import_error": 0.9}), model())
     assert out.candidates[0].category == "none"
+
+
+SIGKILL_JOB = """step 40 loss 0.31
+rank 1: caching dataset in memory: 0.5 GiB
+E1122 04:33:36.815000 31006 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 31178) of binary: /opt/venv/bin/python
+"""
+
+
+def test_a_classifier_cause_for_a_death_the_rules_cannot_explain_is_the_verdict() -> None:
+    # a SIGKILL without a memory line of its own is a weak crash_signal; the classifier may name what killed it
+    ev, r = reasoned(SIGKILL_JOB)
+    assert r.candidates[0].category == "crash_signal" and r.candidates[0].weight < 0.5
+    out = fuse.fuse(ev, r, prediction({"cuda_oom": 0.9}, {"cuda_oom": [1]}), model(threshold=0.0))
+    assert out.candidates[0].category == "cuda_oom"
+    assert not any("classifier's guess" in n for n in out.notes)

@@ -19,6 +19,8 @@ _ADDR = r"Using (?:\[\d+\])?([\w.-]+):([0-9a-fA-F.:%\w-]+?)<"
 _BAD_IFACE = r"^(?:docker\d*|virbr\d*|lo|veth\w*|br-\w+|cni\d*|podman\d*|flannel\S*|tailscale\d*)$"
 _BAD_ADDR = r"^(?:172\.17\.|127\.|169\.254\.|::1$|fe80:)"
 _LOOPBACK_FALLBACK = "Using the loopback address as fallback"
+#: NCCL's socket layer giving up (misc/socket.cc returning an error, a refused or unroutable connect).
+_SOCKET_FAILED = r"socket\.cc:\d+ -> [1-9]|(?i:connection refused|no route to host|network is unreachable|connect(?:ion)? timed out)"
 _IFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET")
 
 
@@ -281,7 +283,11 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
         pl.when(msg.str.contains("Bootstrap")).then(pl.lit("Bootstrap")).otherwise(pl.lit("NET/Socket")).alias("layer"),
     )
     out: list[Finding] = []
-    if not multi_node:
+    # one node's log of a job that spans nodes: its sockets failing says so (a one-node job
+    # reaches its own docker0 or loopback address, so such an address alone is no fault there)
+    nccl = ev.filter(pl.col("source") == "nccl")
+    sockets_failed = not multi_node and bool(matching(nccl, pattern=_SOCKET_FAILED).any())
+    if not multi_node and not sockets_failed:
         return out
     failures = ev.filter(pl.col("level").is_in(["error", "fatal", "warning"]) & (pl.col("kind") != "nccl_net"))
     bad = net.filter(pl.col("iface").str.contains(_BAD_IFACE).fill_null(False) | pl.col("addr").str.contains(_BAD_ADDR).fill_null(False))
