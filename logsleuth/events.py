@@ -14,6 +14,108 @@ import polars as pl
 SOURCES = ("slurm", "nccl", "torch", "launcher", "python", "app")
 LEVELS = ("fatal", "error", "warning", "info", "debug")
 
+# Event kinds (the ``kind`` column): what a row is. Each parser module in logsleuth/parse
+# lists the kinds it emits (its ``KINDS``); every stage names them through these constants.
+#: A line no parser claimed (its level from its words, an exit status it names).
+LINE = "line"
+#: A Python traceback folded into one event (parse.python), and an exception line outside one.
+TRACEBACK = "traceback"
+EXCEPTION = "exception"
+#: C++ side of PyTorch (parse.torch): ``terminate called after throwing``, its ``what():`` line, a c10 stack dump.
+CPP_TERMINATE = "cpp_terminate"
+CPP_WHAT = "cpp_what"
+CPP_STACK = "cpp_stack"
+#: Collective timeouts: ProcessGroupNCCL's watchdog, Gloo's send/recv.
+WATCHDOG_TIMEOUT = "watchdog_timeout"
+GLOO_TIMEOUT = "gloo_timeout"
+#: A process saying which rank of which world it is as it joins the group.
+DIST_MEMBER = "dist_member"
+#: torchrun's agent: a ChildFailedError table entry, a worker's failure, the survivors' teardown, the agent's own signal.
+CHILD_FAILED = "child_failed"
+AGENT_WORKER_FAILED = "agent_worker_failed"
+AGENT_TEARDOWN = "agent_teardown"
+AGENT_SIGNAL = "agent_signal"
+#: Open MPI's signal handler report (parse.mpi).
+SIGNAL_REPORT = "signal_report"
+#: SLURM (parse.slurm).
+SLURM_CANCEL = "slurm_cancel"
+SLURM_FAILED = "slurm_failed"
+SLURM_MEMORY_ERROR = "slurm_memory_error"
+SLURM_OOM = "slurm_oom"
+SLURM_MEM_LIMIT = "slurm_mem_limit"
+SLURM_NODE_FAILURE = "slurm_node_failure"
+SLURM_LINE = "slurm_line"
+SRUN_EXIT = "srun_exit"
+SRUN_ABORT = "srun_abort"
+#: NCCL (parse.nccl).
+NCCL_VERSION = "nccl_version"
+NCCL_INIT = "nccl_init"
+NCCL_NET = "nccl_net"
+NCCL_ENV = "nccl_env"
+NCCL_UNWIND = "nccl_unwind"
+NCCL_WARN = "nccl_warn"
+NCCL_INFO = "nccl_info"
+
+#: Every kind a row can have.
+KINDS = (
+    LINE,
+    TRACEBACK,
+    EXCEPTION,
+    CPP_TERMINATE,
+    CPP_WHAT,
+    CPP_STACK,
+    WATCHDOG_TIMEOUT,
+    GLOO_TIMEOUT,
+    DIST_MEMBER,
+    CHILD_FAILED,
+    AGENT_WORKER_FAILED,
+    AGENT_TEARDOWN,
+    AGENT_SIGNAL,
+    SIGNAL_REPORT,
+    SLURM_CANCEL,
+    SLURM_FAILED,
+    SLURM_MEMORY_ERROR,
+    SLURM_OOM,
+    SLURM_MEM_LIMIT,
+    SLURM_NODE_FAILURE,
+    SLURM_LINE,
+    SRUN_EXIT,
+    SRUN_ABORT,
+    NCCL_VERSION,
+    NCCL_INIT,
+    NCCL_NET,
+    NCCL_ENV,
+    NCCL_UNWIND,
+    NCCL_WARN,
+    NCCL_INFO,
+)
+
+#: Kinds of event that show a process or job failed (used to tell `unknown` from `none`).
+FAILURE_KINDS = (
+    TRACEBACK,
+    CPP_TERMINATE,
+    CPP_WHAT,
+    WATCHDOG_TIMEOUT,
+    GLOO_TIMEOUT,
+    CHILD_FAILED,
+    AGENT_WORKER_FAILED,
+    SRUN_EXIT,
+    SLURM_CANCEL,
+    SLURM_OOM,
+    SLURM_FAILED,
+    SLURM_MEMORY_ERROR,
+    SLURM_NODE_FAILURE,
+    SIGNAL_REPORT,
+)
+#: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
+EXIT_KINDS = (CHILD_FAILED, AGENT_WORKER_FAILED, SRUN_EXIT)
+#: What a rank says about its own failure (its exit record then only summarises it).
+DETAIL_KINDS = (TRACEBACK, CPP_TERMINATE, CPP_WHAT, EXCEPTION, WATCHDOG_TIMEOUT, GLOO_TIMEOUT, NCCL_WARN, SIGNAL_REPORT)
+#: Kinds that only a launcher agent (torchrun) writes.
+AGENT_KINDS = (CHILD_FAILED, AGENT_WORKER_FAILED, AGENT_TEARDOWN, AGENT_SIGNAL)
+#: NCCL's start-up lines that describe the job rather than report on it (version, communicator, network, settings).
+NCCL_SETUP_KINDS = (NCCL_NET, NCCL_ENV, NCCL_VERSION, NCCL_INIT)
+
 #: Column name -> dtype. The first block is what every row has; the second
 #: holds the structured fields that some kinds of event carry.
 SCHEMA: Mapping[str, pl.DataType] = {
