@@ -34,6 +34,8 @@ from typing import Any
 
 import polars as pl
 
+from logsleuth.events import NCCL_SETUP_KINDS, NCCL_VERSION, WATCHDOG_TIMEOUT
+
 from .reason import IS_FAILURE
 
 #: Where the shipped model lives (next to the package, or inside it when installed).
@@ -46,7 +48,7 @@ LOUD = ("error", "fatal", "warning")
 #: Levels of the events a verdict may show as the classifier's evidence.
 EVIDENCE_LEVELS = ("error", "fatal")
 #: Info-level kinds whose words are features too ("i:"): how NCCL was set up, not training chatter.
-TELLING_INFO = ("nccl_net", "nccl_env", "nccl_version", "nccl_init")
+TELLING_INFO = NCCL_SETUP_KINDS
 _TOKEN = r"<[a-z0-9]+>|[a-z][a-z0-9]+"
 _BARRIER = r"world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)"
 _CLIENTS = r"(\d+)/(\d+) (?:clients|workers) joined"
@@ -390,10 +392,10 @@ def job_features(events: pl.DataFrame) -> list[str]:
     """Facts about the whole job that no single line states: version skew, who failed, barrier counts."""
     out: list[str] = []
     kind = pl.col("kind")
-    versions = events.filter(kind == "nccl_version").get_column("version").drop_nulls().n_unique()
+    versions = events.filter(kind == NCCL_VERSION).get_column("version").drop_nulls().n_unique()
     if versions > 1:
         out.append("xf:nccl_versions_differ")
-    seqs = events.filter(kind == "watchdog_timeout").get_column("seq").drop_nulls().n_unique()
+    seqs = events.filter(kind == WATCHDOG_TIMEOUT).get_column("seq").drop_nulls().n_unique()
     if seqs > 1:
         out.append("xf:watchdog_seq_differ")
     failing = events.filter(IS_FAILURE)

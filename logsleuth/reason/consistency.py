@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from logsleuth.events import matching
+from logsleuth.events import DIST_MEMBER, NCCL_ENV, NCCL_INIT, NCCL_NET, NCCL_VERSION, matching
 
 _ADDR = r"Using (?:\[\d+\])?([\w.-]+):([0-9a-fA-F.:%\w-]+?)<"
 _BAD_IFACE = r"^(?:docker\d*|virbr\d*|lo|veth\w*|br-\w+|cni\d*|podman\d*|flannel\S*|tailscale\d*)$"
@@ -45,7 +45,7 @@ def check(events: pl.DataFrame) -> list[Finding]:
     multi_node = ev.get_column("node").drop_nulls().filter(~ev.get_column("node").drop_nulls().str.contains(r"[\[,]")).n_unique() > 1
     msg = pl.col("message")
     out: list[Finding] = []
-    versions = ev.filter(pl.col("kind") == "nccl_version")
+    versions = ev.filter(pl.col("kind") == NCCL_VERSION)
     out += _disagree(versions.with_columns(pl.col("version").alias("value")), "NCCL version", "version_mismatch", 0.75)
     out += _disagree(
         versions.with_columns(msg.str.extract(r"\+cuda([\d.]+)", 1).alias("value")),
@@ -133,7 +133,7 @@ def _membership(ev: pl.DataFrame) -> list[Finding]:
     restart, not a collision.) Fewer members than the world at the end of the log: the rest
     never started (a multi-node job launched without srun) or never reached the group, and the
     joined ones wait forever."""
-    joins = ev.filter((pl.col("kind") == "dist_member") & pl.col("rank").is_not_null() & pl.col("nranks").is_not_null())
+    joins = ev.filter((pl.col("kind") == DIST_MEMBER) & pl.col("rank").is_not_null() & pl.col("nranks").is_not_null())
     if joins.is_empty():
         return []
     out: list[Finding] = []
@@ -275,7 +275,7 @@ def _names(items: list[str], limit: int = 6) -> str:
 def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
     """Interfaces NCCL/Gloo chose: suspicious ones, and the odd ones out across nodes."""
     msg = pl.col("message")
-    net = ev.filter(pl.col("kind") == "nccl_net").with_columns(
+    net = ev.filter(pl.col("kind") == NCCL_NET).with_columns(
         msg.str.extract(_ADDR, 1).alias("iface"),
         msg.str.extract(_ADDR, 2).alias("addr"),
         pl.when(msg.str.contains("Bootstrap")).then(pl.lit("Bootstrap")).otherwise(pl.lit("NET/Socket")).alias("layer"),
@@ -283,7 +283,7 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
     out: list[Finding] = []
     if not multi_node:
         return out
-    failures = ev.filter(pl.col("level").is_in(["error", "fatal", "warning"]) & (pl.col("kind") != "nccl_net"))
+    failures = ev.filter(pl.col("level").is_in(["error", "fatal", "warning"]) & (pl.col("kind") != NCCL_NET))
     bad = net.filter(pl.col("iface").str.contains(_BAD_IFACE).fill_null(False) | pl.col("addr").str.contains(_BAD_ADDR).fill_null(False))
     if not bad.is_empty():
         nodes, ranks = _units_ranks(bad)
@@ -338,7 +338,7 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
 
 def _env(ev: pl.DataFrame) -> list[Finding]:
     """NCCL_* settings that differ across nodes, or are set on some nodes only."""
-    env = ev.filter((pl.col("kind") == "nccl_env") & pl.col("detail").str.contains("=")).with_columns(
+    env = ev.filter((pl.col("kind") == NCCL_ENV) & pl.col("detail").str.contains("=")).with_columns(
         pl.col("detail").str.extract(r"^(\w+)=", 1).alias("var"),
         pl.col("detail").str.extract(r"=(.*)$", 1).str.strip_chars_end(".").alias("value"),
     )
@@ -362,7 +362,7 @@ def _env(ev: pl.DataFrame) -> list[Finding]:
 def _world(ev: pl.DataFrame) -> list[Finding]:
     """The world size each process's first communicator reports should be the same everywhere."""
     first = (
-        ev.filter((pl.col("kind") == "nccl_init") & pl.col("nranks").is_not_null())
+        ev.filter((pl.col("kind") == NCCL_INIT) & pl.col("nranks").is_not_null())
         .sort("eid")
         .unique(["node", "pid", "file"], keep="first")
         .with_columns(pl.col("nranks").cast(pl.String).alias("value"))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from logsleuth.events import matching
+from logsleuth.events import GLOO_TIMEOUT, WATCHDOG_TIMEOUT, matching
 
 _PG = r"\[PG (?:ID )?(\d+)"
 _STATUS = (
@@ -92,14 +92,12 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[i
     ranked = ev.filter(pl.col("rank").is_not_null())
     pg_of = msg.str.extract(_PG, 1)
     # a line cut short ("OpType=ALLR") names no operation
-    wd = ranked.filter(pl.col("kind") == "watchdog_timeout").with_columns(
+    wd = ranked.filter(pl.col("kind") == WATCHDOG_TIMEOUT).with_columns(
         pg_of.alias("pg"), pl.when(msg.str.contains(r"OpType=\w+[,)]")).then(pl.col("op")).alias("op")
     )
     # ranks that waited for others and gave up: collective timeouts, and store/rendezvous waits
     timeout_hit = pl.col("category").is_in(WAITING).fill_null(False) if "category" in ev.columns else pl.lit(False)
-    gloo = ranked.filter(
-        (pl.col("kind") != "watchdog_timeout") & ((pl.col("kind") == "gloo_timeout") | msg.str.contains(_GLOO) | timeout_hit)
-    )
+    gloo = ranked.filter((pl.col("kind") != WATCHDOG_TIMEOUT) & ((pl.col("kind") == GLOO_TIMEOUT) | msg.str.contains(_GLOO) | timeout_hit))
     status = ranked.filter(msg.str.contains(_STATUS)).select(
         "rank",
         pg_of.alias("pg"),

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from logsleuth.events import NCCL_INIT, WATCHDOG_TIMEOUT
+
 #: Clock differences below this are left alone: anchors themselves are only this precise.
 MIN_OFFSET_S = 1.0
 _PG = r"\[PG (?:ID )?(\d+)"
@@ -54,7 +56,7 @@ def build(events: pl.DataFrame, focus: pl.Series | None = None) -> Timeline:
 
 def _anchors(df: pl.DataFrame) -> pl.DataFrame:
     """(file, key, value): instants that were the same on every rank, per file."""
-    wd = df.filter((pl.col("kind") == "watchdog_timeout") & pl.col("time").is_not_null() & pl.col("seq").is_not_null()).select(
+    wd = df.filter((pl.col("kind") == WATCHDOG_TIMEOUT) & pl.col("time").is_not_null() & pl.col("seq").is_not_null()).select(
         "file",
         pl.concat_str(
             [pl.lit("wd"), pl.col("message").str.extract(_PG, 1).fill_null("0"), pl.col("seq").cast(pl.String), pl.col("op").fill_null("")],
@@ -62,7 +64,7 @@ def _anchors(df: pl.DataFrame) -> pl.DataFrame:
         ).alias("key"),
         (pl.col("time") - pl.duration(milliseconds=pl.col("elapsed_ms").fill_null(0))).alias("value"),
     )
-    init = df.filter((pl.col("kind") == "nccl_init") & pl.col("time").is_not_null()).select(
+    init = df.filter((pl.col("kind") == NCCL_INIT) & pl.col("time").is_not_null()).select(
         "file",
         pl.concat_str([pl.lit("init"), pl.col("message").str.extract(_COMM_ID, 1)]).alias("key"),
         pl.col("time").alias("value"),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from logsleuth.events import NCCL_ENV, NCCL_NET, WATCHDOG_TIMEOUT
 from logsleuth.report.model import Verdict
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier")
@@ -373,7 +374,7 @@ def find(events: pl.DataFrame, verdict: Verdict | None = None) -> Found:
     _find_shape(events, found)
     _find_env(events, found)
     found.backend = _find_backend(events)
-    found.interfaces = tuple(events.filter(pl.col("kind") == "nccl_net").get_column("interface").drop_nulls().unique(maintain_order=True))
+    found.interfaces = tuple(events.filter(pl.col("kind") == NCCL_NET).get_column("interface").drop_nulls().unique(maintain_order=True))
     if verdict is not None and verdict.category not in ("none", "unknown"):
         found.cause = verdict.cause
         named = [verdict.first_failure.node, *(e.node for e in verdict.evidence)]
@@ -383,7 +384,7 @@ def find(events: pl.DataFrame, verdict: Verdict | None = None) -> Found:
 
 def _find_collective(events: pl.DataFrame, found: Found) -> None:
     """The collective that hung first: the watchdog's lowest SeqNum, else any Work(...) or fingerprint."""
-    works = events.filter(pl.col("op").is_not_null() & pl.col("kind").is_in(["watchdog_timeout"]))
+    works = events.filter(pl.col("op").is_not_null() & pl.col("kind").is_in([WATCHDOG_TIMEOUT]))
     if works.is_empty():
         works = events.filter(pl.col("op").is_not_null() & pl.col("op").str.contains(r"^[A-Z_]+$"))
     if not works.is_empty():
@@ -434,7 +435,7 @@ def _find_shape(events: pl.DataFrame, found: Found) -> None:
 def _find_env(events: pl.DataFrame, found: Found) -> None:
     """The tuning settings the logs print (LOG_ENV_ALLOWED); the first value of each wins, the rest get a note."""
     seen: dict[str, list[str]] = {}
-    detail = events.filter(pl.col("kind") == "nccl_env").get_column("detail").drop_nulls()
+    detail = events.filter(pl.col("kind") == NCCL_ENV).get_column("detail").drop_nulls()
     for text in detail:
         name, _, value = text.partition("=")
         seen.setdefault(name, []).append(value)
