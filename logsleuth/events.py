@@ -159,6 +159,16 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "job": pl.String(),  # SLURM job or step id
     "reason": pl.String(),  # SLURM cancel reason, etc.
     "tasks": pl.String(),  # SLURM task range, e.g. "0-3,5"
+    # fields that later stages read from a line's text, parsed once here (no stage after parse
+    # applies a regex to ``message``)
+    "env_name": pl.String(),  # an NCCL setting a process reports ("NCCL_SOCKET_IFNAME set by environment to eth0")
+    "env_value": pl.String(),  # ... its value as printed ("eth0")
+    "cuda_version": pl.String(),  # the CUDA version NCCL was built with ("NCCL version 2.21.5+cuda12.4": "12.4")
+    "driver_version": pl.String(),  # the CUDA driver a process found ("cudaDriverVersion 12020")
+    # NCCL's "Using" lines (nccl_net): the interface and address its Bootstrap or NET/Socket layer picked
+    "net_layer": pl.String(),  # Bootstrap | NET/Socket
+    "net_interface": pl.String(),
+    "net_address": pl.String(),  # IPv4 or IPv6, as printed
 }
 
 COLUMNS = tuple(SCHEMA)

@@ -12,7 +12,7 @@ import polars as pl
 from logsleuth import events
 from logsleuth.events import matching
 
-from . import mpi, nccl, prefixes, python, slurm, torch
+from . import fields, mpi, nccl, prefixes, python, slurm, torch
 
 #: The parser modules, each declaring ``TRIGGERS`` (literals one of which is in every line it
 #: claims or folds), ``KINDS`` (the event kinds it emits) and ``EXAMPLES`` (text -> fields of its
@@ -178,6 +178,7 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     df = pl.concat([df, tracebacks, failures, reports], how="diagonal_relaxed")
     df = torch.enrich(df)
     df = nccl.attribute_ranks(df)
+    df = fields.annotate(df)
     df = df.with_columns(
         pl.coalesce("block_start", "line").alias("block_start"),
         pl.coalesce("node", "host").alias("node"),

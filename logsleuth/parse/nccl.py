@@ -172,7 +172,30 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
             "msg": body,
         },
     )
-    return df.drop("_n")
+    return _fields(df.drop("_n"))
+
+
+#: The interface and address of a "Using" line: ``Bootstrap : Using eth0:10.0.0.12<0>``,
+#: ``NET/Socket : Using [0]eth0:10.0.0.12<0> [1]...``, an IPv6 address too (``eth0:fe80::1%eth0<0>``).
+_USING = r"Using (?:\[\d+\])?([\w.-]+):([0-9a-fA-F.:%\w-]+?)<"
+
+
+def _fields(df: pl.DataFrame) -> pl.DataFrame:
+    """Per kind, the fields later stages compare across processes: an NCCL setting's name and value,
+    the CUDA version of NCCL's build, the layer, interface and address of a "Using" line."""
+    msg, kind = pl.col("msg"), pl.col("kind")
+    env = kind == events.NCCL_ENV
+    net = kind == events.NCCL_NET
+    return df.with_columns(
+        pl.when(env).then(field(msg, _ENV, 1)).alias("env_name"),
+        pl.when(env).then(field(msg, _ENV, 2)).alias("env_value"),
+        pl.when(kind == events.NCCL_VERSION).then(field(msg, r"\+cuda([\d.]+)", 1)).alias("cuda_version"),
+        pl.when(net)
+        .then(pl.when(msg.str.contains("Bootstrap", literal=True)).then(pl.lit("Bootstrap")).otherwise(pl.lit("NET/Socket")))
+        .alias("net_layer"),
+        pl.when(net).then(field(msg, _USING, 1)).alias("net_interface"),
+        pl.when(net).then(field(msg, _USING, 2)).alias("net_address"),
+    )
 
 
 def attribute_ranks(df: pl.DataFrame) -> pl.DataFrame:

@@ -15,7 +15,6 @@ import polars as pl
 
 from logsleuth.events import DIST_MEMBER, NCCL_ENV, NCCL_INIT, NCCL_NET, NCCL_VERSION, matching
 
-_ADDR = r"Using (?:\[\d+\])?([\w.-]+):([0-9a-fA-F.:%\w-]+?)<"
 _BAD_IFACE = r"^(?:docker\d*|virbr\d*|lo|veth\w*|br-\w+|cni\d*|podman\d*|flannel\S*|tailscale\d*)$"
 _BAD_ADDR = r"^(?:172\.17\.|127\.|169\.254\.|::1$|fe80:)"
 _LOOPBACK_FALLBACK = "Using the loopback address as fallback"
@@ -43,20 +42,14 @@ def check(events: pl.DataFrame) -> list[Finding]:
         pl.coalesce(pl.col("node"), pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String)]), pl.col("file")).alias("unit")
     )
     multi_node = ev.get_column("node").drop_nulls().filter(~ev.get_column("node").drop_nulls().str.contains(r"[\[,]")).n_unique() > 1
-    msg = pl.col("message")
     out: list[Finding] = []
     versions = ev.filter(pl.col("kind") == NCCL_VERSION)
     out += _disagree(versions.with_columns(pl.col("version").alias("value")), "NCCL version", "version_mismatch", 0.75)
     out += _disagree(
-        versions.with_columns(msg.str.extract(r"\+cuda([\d.]+)", 1).alias("value")),
-        "CUDA version of the NCCL build",
-        "version_mismatch",
-        0.7,
+        versions.with_columns(pl.col("cuda_version").alias("value")), "CUDA version of the NCCL build", "version_mismatch", 0.7
     )
     out += _disagree(
-        ev.filter(matching(ev, pattern=r"cudaDriverVersion \d+")).with_columns(
-            msg.str.extract(r"cudaDriverVersion (\d+)", 1).alias("value")
-        ),
+        ev.filter(pl.col("driver_version").is_not_null()).with_columns(pl.col("driver_version").alias("value")),
         "CUDA driver version",
         "version_mismatch",
         0.6,
@@ -276,9 +269,7 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
     """Interfaces NCCL/Gloo chose: suspicious ones, and the odd ones out across nodes."""
     msg = pl.col("message")
     net = ev.filter(pl.col("kind") == NCCL_NET).with_columns(
-        msg.str.extract(_ADDR, 1).alias("iface"),
-        msg.str.extract(_ADDR, 2).alias("addr"),
-        pl.when(msg.str.contains("Bootstrap")).then(pl.lit("Bootstrap")).otherwise(pl.lit("NET/Socket")).alias("layer"),
+        pl.col("net_interface").alias("iface"), pl.col("net_address").alias("addr"), pl.col("net_layer").alias("layer")
     )
     out: list[Finding] = []
     if not multi_node:
@@ -338,9 +329,8 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
 
 def _env(ev: pl.DataFrame) -> list[Finding]:
     """NCCL_* settings that differ across nodes, or are set on some nodes only."""
-    env = ev.filter((pl.col("kind") == NCCL_ENV) & pl.col("detail").str.contains("=")).with_columns(
-        pl.col("detail").str.extract(r"^(\w+)=", 1).alias("var"),
-        pl.col("detail").str.extract(r"=(.*)$", 1).str.strip_chars_end(".").alias("value"),
+    env = ev.filter((pl.col("kind") == NCCL_ENV) & pl.col("env_name").is_not_null()).with_columns(
+        pl.col("env_name").alias("var"), pl.col("env_value").str.strip_chars_end(".").alias("value")
     )
     if env.is_empty():
         return []

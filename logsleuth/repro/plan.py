@@ -435,9 +435,8 @@ def _find_shape(events: pl.DataFrame, found: Found) -> None:
 def _find_env(events: pl.DataFrame, found: Found) -> None:
     """The tuning settings the logs print (LOG_ENV_ALLOWED); the first value of each wins, the rest get a note."""
     seen: dict[str, list[str]] = {}
-    detail = events.filter(pl.col("kind") == NCCL_ENV).get_column("detail").drop_nulls()
-    for text in detail:
-        name, _, value = text.partition("=")
+    settings = events.filter((pl.col("kind") == NCCL_ENV) & pl.col("env_name").is_not_null()).select("env_name", "env_value")
+    for name, value in settings.iter_rows():
         seen.setdefault(name, []).append(value)
     lines = events.filter(pl.col("message").str.contains(r"(?:NCCL|GLOO|TORCH|MASTER|CUDA)_[A-Z0-9_]+=|LD_[A-Z_]+=")).get_column("message")
     for text in lines:
