@@ -12,12 +12,13 @@ import polars as pl
 from logsleuth import events
 from logsleuth.events import matching
 
-from . import fields, mpi, nccl, prefixes, python, slurm, torch
+from . import fields, identity, mpi, nccl, prefixes, python, slurm, torch
 
 #: The parser modules, each declaring ``TRIGGERS`` (literals one of which is in every line it
-#: claims or folds), ``KINDS`` (the event kinds it emits) and ``EXAMPLES`` (text -> fields of its
-#: event; tests/parse/test_declared.py runs them through ingest with the prefilter on).
-PARSERS = (python, torch, mpi, slurm, nccl)
+#: claims, folds or reads), ``KINDS`` (the event kinds it emits) and ``EXAMPLES`` (text -> fields
+#: of its event; tests/parse/test_declared.py runs them through ingest with the prefilter on).
+#: ``identity`` emits no kind: it reads the ranks some messages name (then resolves who wrote what).
+PARSERS = (python, torch, mpi, slurm, nccl, identity)
 
 #: What plain ``line`` events need (their level from trouble words, an exit status) and the
 #: context lines rules and the reasoner read (launcher settings, versions). No parser claims these.

@@ -55,11 +55,11 @@ from logsleuth.events import (
     matching,
 )
 from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
+from logsleuth.parse.identity import per_node_files, rank_table
 from logsleuth.parse.python import CUT_OFF, SHOWN_SOURCE
 from logsleuth.rulebook import RuleSet
 
 from . import consistency, hangs, timeline
-from .identity import per_node_files, rank_table
 
 #: An event of a failure kind at error level: a process or the job failed here.
 IS_FAILURE = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])

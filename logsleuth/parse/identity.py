@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from logsleuth.events import AGENT_KINDS, SRUN_EXIT, TRACEBACK
+from logsleuth.events import AGENT_KINDS, EXCEPTION, LINE, SRUN_EXIT, TRACEBACK
 from logsleuth.hostlist import HostlistError, expand_hostlist, expand_ranges
+
+from .common import Example
 
 #: Kinds that only a launcher agent (torchrun) writes: their srun task is a node, not a rank.
 _AGENT_KINDS = AGENT_KINDS
@@ -227,6 +229,29 @@ _SELF_NAMED_WORDS = (
     "Command '[",
     " terminated with ",
     "-- Process ",
+)
+
+
+#: Literals of the lines this module reads ranks from (the ingest prefilter keeps them).
+TRIGGERS = _SELF_NAMED_WORDS
+
+#: It claims no lines: it fills rank, node and local rank of the events of every kind.
+KINDS: tuple[str, ...] = ()
+
+EXAMPLES: tuple[Example, ...] = (
+    ("Parameter indices which did not receive grad for rank 1: 4 7", {"kind": LINE, "rank": 1}),
+    (
+        "torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with signal SIGKILL",
+        {"kind": EXCEPTION, "local_rank": 3},
+    ),
+    (
+        "-- Process 2 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/w/train.py", line 9, in run\n'
+        "    step()\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        {"kind": TRACEBACK, "local_rank": 2},
+    ),
 )
 
 
