@@ -50,8 +50,6 @@ EVIDENCE_LEVELS = ("error", "fatal")
 #: Info-level kinds whose words are features too ("i:"): how NCCL was set up, not training chatter.
 TELLING_INFO = NCCL_SETUP_KINDS
 _TOKEN = r"<[a-z0-9]+>|[a-z][a-z0-9]+"
-_BARRIER = r"world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)"
-_CLIENTS = r"(\d+)/(\d+) (?:clients|workers) joined"
 
 
 @dataclass(frozen=True)
@@ -403,16 +401,8 @@ def job_features(events: pl.DataFrame) -> list[str]:
         out.append("xf:no_failure_events")
     n_ranks = failing.get_column("rank").drop_nulls().n_unique()
     out.append(f"xf:failed_ranks={'0' if n_ranks == 0 else '1' if n_ranks == 1 else '2-3' if n_ranks < 4 else '4+'}")
-    msg = pl.col("message")
-    counts = events.select(
-        msg.str.extract(_BARRIER, 1).cast(pl.Int64, strict=False).alias("world"),
-        msg.str.extract(_BARRIER, 2).cast(pl.Int64, strict=False).alias("joined"),
-    ).drop_nulls()
-    clients = events.select(
-        msg.str.extract(_CLIENTS, 1).cast(pl.Int64, strict=False).alias("joined"),
-        msg.str.extract(_CLIENTS, 2).cast(pl.Int64, strict=False).alias("world"),
-    ).drop_nulls()
-    for world, joined in [*counts.iter_rows(), *((w, j) for j, w in clients.iter_rows())]:
+    counts = events.select("barrier_world", "barrier_joined").drop_nulls()
+    for world, joined in counts.iter_rows():
         out.append("xf:barrier_overfull" if joined > world else "xf:barrier_short" if joined < world else "xf:barrier_full")
     return sorted(set(out))
 

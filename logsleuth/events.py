@@ -169,6 +169,23 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "net_layer": pl.String(),  # Bootstrap | NET/Socket
     "net_interface": pl.String(),
     "net_address": pl.String(),  # IPv4 or IPv6, as printed
+    # ProcessGroupNCCL's hang reports
+    "pg": pl.String(),  # the process group a line names ("[PG 0 Rank 3]", "[PG ID 1 ...]")
+    "watchdog_at": pl.Int64(),  # the SeqNum a watchdog status line says it timed out at
+    "last_enqueued": pl.Int64(),  # the last collective the rank enqueued (status and dump lines)
+    "last_completed": pl.Int64(),  # ... and the last it completed
+    "dump_self": pl.Boolean(),  # a dump signal from this rank's own watchdog (true) or another rank's (false)
+    "dump_from": pl.Int64(),  # ... the rank it came from, when another
+    "dump_first": pl.Boolean(),  # "First PG on this rank to signal dumping"
+    # a rank that gave up waiting for others: collective (Gloo, monitored_barrier), store (rendezvous), watchdog
+    "wait": pl.String(),
+    "monitored_barrier": pl.Boolean(),  # the line is about monitored_barrier (TORCH_DISTRIBUTED_DEBUG=DETAIL runs one before a collective)
+    "missing_rank": pl.Int64(),  # the rank monitored_barrier says did not arrive
+    # the ranks whose keys a timed-out store wait waited for, sorted and comma-separated ("" when no key
+    # names a rank): a plain string so that every export (CSV too) takes the table as it is
+    "waited_ranks": pl.String(),
+    "barrier_world": pl.Int64(),  # a rendezvous barrier's world size ("world_size=4, worker_count=5", "3/4 clients joined")
+    "barrier_joined": pl.Int64(),  # ... and how many joined it
 }
 
 COLUMNS = tuple(SCHEMA)

@@ -52,7 +52,11 @@ TRIGGERS = (
     "Failing at address: ",
     "Associated errno: ",
     "siginfo is NULL",
-    "[0x",  # a backtrace frame: "[ 0] /lib/x86_64-linux-gnu/libpthread.so.0(+0x11390)[0x7f13ce25a390]"
+    # a backtrace frame as glibc's backtrace_symbols_fd writes it (Open MPI's execinfo component):
+    # "[ 0] /lib/x86_64-linux-gnu/libpthread.so.0(+0x11390)[0x7f13ce25a390]", or "[ 3] [0x7f13ce25a390]"
+    # without a symbol (not c10's "frame #3: python() [0x651770]")
+    ")[0x",
+    "] [0x",
 )
 
 KINDS = (events.SIGNAL_REPORT,)

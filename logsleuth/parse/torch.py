@@ -173,7 +173,8 @@ def _enrich(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
         pl.coalesce(pl.col("rank"), rank_hint).alias("rank"),
         fill("seq", integer(msg, r"SeqNum=(\d+)")),
-        fill("op", field(msg, r"OpType=(\w+)")),
+        # a line cut short ("OpType=ALLR") names no operation
+        fill("op", field(msg, r"OpType=(\w+)[,)]")),
         fill("numel", integer(msg, r"NumelIn=(\d+)")),
         fill("timeout_ms", integer(msg, r"Timeout\(ms\)=(\d+)")),
         fill("elapsed_ms", integer(msg, r"ran for (\d+) milliseconds")),

@@ -19,8 +19,6 @@ from logsleuth.events import NCCL_INIT, WATCHDOG_TIMEOUT
 
 #: Clock differences below this are left alone: anchors themselves are only this precise.
 MIN_OFFSET_S = 1.0
-_PG = r"\[PG (?:ID )?(\d+)"
-_COMM_ID = r"commId (0x[0-9a-fA-F]+)"
 
 
 @dataclass
@@ -36,7 +34,7 @@ class Timeline:
 def build(events: pl.DataFrame, focus: pl.Series | None = None) -> Timeline:
     """Order ``events`` (eid = row index). ``focus`` (eids) are the events whose order
     matters for the verdict; how many of them carry a stamp decides ``ordering``."""
-    df = events.select("file", "line", "time", "kind", "message", "elapsed_ms", "seq", "op").with_row_index("eid")
+    df = events.select("file", "line", "time", "kind", "pg", "comm_id", "elapsed_ms", "seq", "op").with_row_index("eid")
     if df.is_empty():
         empty = pl.DataFrame(schema={"eid": pl.UInt32(), "pos": pl.UInt32(), "t": pl.Datetime("us")})
         return Timeline(empty, "line-order", "no events")
@@ -59,14 +57,14 @@ def _anchors(df: pl.DataFrame) -> pl.DataFrame:
     wd = df.filter((pl.col("kind") == WATCHDOG_TIMEOUT) & pl.col("time").is_not_null() & pl.col("seq").is_not_null()).select(
         "file",
         pl.concat_str(
-            [pl.lit("wd"), pl.col("message").str.extract(_PG, 1).fill_null("0"), pl.col("seq").cast(pl.String), pl.col("op").fill_null("")],
+            [pl.lit("wd"), pl.col("pg").fill_null("0"), pl.col("seq").cast(pl.String), pl.col("op").fill_null("")],
             separator=":",
         ).alias("key"),
         (pl.col("time") - pl.duration(milliseconds=pl.col("elapsed_ms").fill_null(0))).alias("value"),
     )
     init = df.filter((pl.col("kind") == NCCL_INIT) & pl.col("time").is_not_null()).select(
         "file",
-        pl.concat_str([pl.lit("init"), pl.col("message").str.extract(_COMM_ID, 1)]).alias("key"),
+        pl.concat_str([pl.lit("init"), pl.col("comm_id")]).alias("key"),
         pl.col("time").alias("value"),
     )
     both = pl.concat([wd, init]).drop_nulls("key")

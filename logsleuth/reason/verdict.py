@@ -710,8 +710,8 @@ def _refine(
     if lead.cause == "unknown" and hang is not None and hang.hung:
         # the unexplained errors were ranks giving up waiting (their exit records aside)
         lines = ev.filter(pl.col("eid").is_in(lead.eids) & ~pl.col("kind").is_in(EXIT_KINDS))
-        if lines.select(hangs.is_wait(pl.col("message")).all()).item():
-            store = lines.select(hangs.is_store_wait(pl.col("message")).any()).item()
+        if lines.select(hangs.IS_WAIT.all()).item():
+            store = lines.select(hangs.IS_STORE_WAIT.any()).item()
             return _hang_candidate(cands, ev, hang, rules, cause="rendezvous_timeout" if store else None)
     if lead.category in ("collective_mismatch", "unknown") and lead.first is None:
         odd = hangs.fingerprints(ev)
@@ -750,11 +750,11 @@ def _split_wait(lead: Candidate, cands: list[Candidate], ev: pl.DataFrame, rules
     if lead.role == "hang" or rules.category(lead.cause) != "rendezvous_timeout":
         return None
     lines = ev.filter(pl.col("eid").is_in(lead.eids))
-    in_store = set(lines.filter(hangs.is_store_wait(pl.col("message"))).get_column("rank").drop_nulls().to_list())
+    in_store = set(lines.filter(hangs.IS_STORE_WAIT).get_column("rank").drop_nulls().to_list())
     in_op = (
         (pl.col("category") == "collective_timeout")
         | pl.col("kind").is_in([WATCHDOG_TIMEOUT, GLOO_TIMEOUT])
-        | pl.col("message").str.contains("monitoredBarrier").fill_null(False)  # the barrier DETAIL runs before a collective
+        | pl.col("monitored_barrier").fill_null(False)  # the barrier DETAIL runs before a collective
     )
     waiting = ev.filter(in_op & pl.col("rank").is_not_null() & ~pl.col("rank").is_in(list(in_store)))
     in_collective = set(waiting.get_column("rank").to_list())
