@@ -34,7 +34,7 @@ from typing import Any
 
 import polars as pl
 
-from logsleuth.events import NCCL_SETUP_KINDS, NCCL_VERSION, WATCHDOG_TIMEOUT
+from logsleuth.events import NCCL_SETUP_KINDS, NCCL_VERSION, WATCHDOG_TIMEOUT, numbered
 
 from .reason import IS_FAILURE
 
@@ -357,7 +357,7 @@ def event_features(events: pl.DataFrame, cfg: FeatureConfig) -> pl.DataFrame:
     # Only error-level events are shown as evidence; of the others (warnings every rank repeats,
     # NCCL set-up) the first of each identical event carries all the words the job vector needs.
     said = ["ns", "message", "detail", "kind", "level", "source", "exc_type", "signal", "exit_code"]
-    told = events.with_row_index("eid").with_columns(ns.alias("ns")).filter(pl.col("ns").is_not_null())
+    told = numbered(events).with_columns(ns.alias("ns")).filter(pl.col("ns").is_not_null())
     shown = pl.col("level").is_in(EVIDENCE_LEVELS)
     told = pl.concat([told.filter(shown), told.filter(~shown).unique(subset=said, keep="first", maintain_order=True)])
     base = told.select(
@@ -459,7 +459,7 @@ def predict_from(model: Model, events: pl.DataFrame, feats: pl.DataFrame) -> Pre
 def evidence(model: Model, events: pl.DataFrame, feats: pl.DataFrame, limit: int = 3) -> dict[str, list[int]]:
     """Per label, the error-level events whose features weigh most towards it, strongest first."""
     rows = feats.filter(pl.col("eid") >= 0).select("eid", "h").unique()
-    loud = events.with_row_index("eid").filter(pl.col("level").is_in(EVIDENCE_LEVELS)).get_column("eid").cast(pl.Int64)
+    loud = numbered(events).filter(pl.col("level").is_in(EVIDENCE_LEVELS)).get_column("eid").cast(pl.Int64)
     rows = rows.filter(pl.col("eid").is_in(loud.implode()))
     if rows.is_empty():
         return {}

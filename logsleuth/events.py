@@ -190,6 +190,16 @@ SCHEMA: Mapping[str, pl.DataType] = {
 
 COLUMNS = tuple(SCHEMA)
 
+#: The event id: the row's position in the table one job is analysed as (UInt32). Rule hits,
+#: findings and evidence name events by it. It is no column of SCHEMA: a job's table is a part of
+#: the inputs' table (jobs.group), so the id is given when the analysis starts (numbered), once.
+EID = "eid"
+
+
+def numbered(df: pl.DataFrame) -> pl.DataFrame:
+    """The table with its event id column: the one it has, else row positions assigned now."""
+    return df if EID in df.columns else df.with_row_index(EID)
+
 
 def empty() -> pl.DataFrame:
     """An event table with no rows, for inputs with nothing to say."""

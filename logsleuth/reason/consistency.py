@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from logsleuth.events import DIST_MEMBER, NCCL_ENV, NCCL_INIT, NCCL_NET, NCCL_VERSION, matching
+from logsleuth.events import DIST_MEMBER, NCCL_ENV, NCCL_INIT, NCCL_NET, NCCL_VERSION, matching, numbered
 
 _BAD_IFACE = r"^(?:docker\d*|virbr\d*|lo|veth\w*|br-\w+|cni\d*|podman\d*|flannel\S*|tailscale\d*)$"
 _BAD_ADDR = r"^(?:172\.17\.|127\.|169\.254\.|::1$|fe80:)"
@@ -38,7 +38,7 @@ class Finding:
 
 def check(events: pl.DataFrame) -> list[Finding]:
     """Every disagreement found in ``events`` (identities already resolved)."""
-    ev = events.with_row_index("eid").with_columns(
+    ev = numbered(events).with_columns(
         pl.coalesce(pl.col("node"), pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String)]), pl.col("file")).alias("unit")
     )
     multi_node = ev.get_column("node").drop_nulls().filter(~ev.get_column("node").drop_nulls().str.contains(r"[\[,]")).n_unique() > 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from logsleuth.events import NCCL_INIT, WATCHDOG_TIMEOUT
+from logsleuth.events import NCCL_INIT, WATCHDOG_TIMEOUT, numbered
 
 #: Clock differences below this are left alone: anchors themselves are only this precise.
 MIN_OFFSET_S = 1.0
@@ -34,7 +34,7 @@ class Timeline:
 def build(events: pl.DataFrame, focus: pl.Series | None = None) -> Timeline:
     """Order ``events`` (eid = row index). ``focus`` (eids) are the events whose order
     matters for the verdict; how many of them carry a stamp decides ``ordering``."""
-    df = events.select("file", "line", "time", "kind", "pg", "comm_id", "elapsed_ms", "seq", "op").with_row_index("eid")
+    df = numbered(events).select("eid", "file", "line", "time", "kind", "pg", "comm_id", "elapsed_ms", "seq", "op")
     if df.is_empty():
         empty = pl.DataFrame(schema={"eid": pl.UInt32(), "pos": pl.UInt32(), "t": pl.Datetime("us")})
         return Timeline(empty, "line-order", "no events")

@@ -34,6 +34,7 @@ from logsleuth.events import (
     CPP_TERMINATE,
     DETAIL_KINDS,
     DIST_MEMBER,
+    EID,
     EXCEPTION,
     EXIT_KINDS,
     FAILURE_KINDS,
@@ -53,6 +54,7 @@ from logsleuth.events import (
     TRACEBACK,
     WATCHDOG_TIMEOUT,
     matching,
+    numbered,
 )
 from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
 from logsleuth.parse.identity import per_node_files, rank_table
@@ -136,7 +138,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     out = events.select(signal.fill_null(False).alias("failure")).to_series()
     if hits is not None:
         known = hits.get_column("eid").unique().implode()
-        unknown_warn = events.with_row_index("eid").select(((kind == NCCL_WARN) & ~pl.col("eid").is_in(known)).fill_null(False)).to_series()
+        unknown_warn = numbered(events).select(((kind == NCCL_WARN) & ~pl.col("eid").is_in(known)).fill_null(False)).to_series()
         out = (out | unknown_warn).alias("failure")
     return out
 
@@ -250,7 +252,7 @@ class Reasoning:
 def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
     """Rank the causes, find the first failure and every rank's part; never raises on empty input."""
     notes: list[str] = []
-    ev = events.with_row_index("eid")
+    ev = numbered(events)
     best = _best_hits(hits)
     focus = ev.join(best, on="eid", how="left").filter(IS_FAILURE | (pl.col("hit_role").is_not_null() & (pl.col("hit_role") != "context")))
     tl = timeline.build(events, focus.get_column("eid"))
@@ -277,7 +279,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
                 pl.col("unexplained") & ~pl.col("eid").is_in(handled),
                 pl.col("own") & ~pl.col("eid").is_in(handled),
             )
-        live = signal & ~events.with_row_index("eid").get_column("eid").is_in(handled)
+        live = signal & ~numbered(events).get_column(EID).is_in(handled)
         failed = bool(live.any()) or bool(best.filter((pl.col("hit_role") != "context") & ~pl.col("eid").is_in(handled)).height)
 
     attributed = _attributed(ev, events)
@@ -1264,7 +1266,7 @@ def _named_peers(events: pl.DataFrame) -> list[tuple[str, str, list[int], list[i
         .agg(pl.col("node").first())
     )
     named = (
-        events.with_row_index("eid")
+        numbered(events)
         .filter(pl.col("address").is_not_null() & (pl.col("kind") != NCCL_NET) & pl.col("level").is_in(["error", "fatal", "warning"]))
         .join(own.rename({"node": "peer"}), on="address", how="left")
         .filter(pl.col("peer").is_null() | (pl.col("peer") != pl.col("node").fill_null("")))
