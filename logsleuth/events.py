@@ -186,6 +186,15 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "waited_ranks": pl.String(),
     "barrier_world": pl.Int64(),  # a rendezvous barrier's world size ("world_size=4, worker_count=5", "3/4 clients joined")
     "barrier_joined": pl.Int64(),  # ... and how many joined it
+    # what a line's words tell the reasoner (every row: true or false)
+    "shutdown_noise": pl.Boolean(),  # ends a run without being a failure: "Exception ignored in", a warning
+    "glog_below_error": pl.Boolean(),  # its own glog marker says warning or info ("[W socket.cpp:436]")
+    "retrying": pl.Boolean(),  # a connection being retried ("failed to connect ..., retrying"), to an address it can use
+    "nccl_error": pl.Boolean(),  # an NCCL error return as PyTorch reports it ("NCCL error: unhandled system error")
+    "progress": pl.Boolean(),  # training at work: steps, epochs, a loss, a progress bar (not a traceback's source line)
+    "ended_well": pl.Boolean(),  # the job or a worker ended well (torchelastic's SUCCEEDED, "training completed")
+    "at_setup": pl.Boolean(),  # message or detail is about forming the process group (init_process_group, TCPStore, ...)
+    "says_enqueued": pl.Boolean(),  # names a rank's "last enqueued" collective
 }
 
 COLUMNS = tuple(SCHEMA)

@@ -10,7 +10,10 @@ from collections.abc import Callable
 
 import polars as pl
 
+from logsleuth.events import matching
+
 from .common import field, integer, on_rows_with
+from .python import SHOWN_SOURCE
 
 #: The CUDA driver version a process found (NCCL INFO ``cudaDriverVersion 12020``).
 _DRIVER = r"cudaDriverVersion (\d+)"
@@ -38,6 +41,56 @@ _MISSED_BARRIER = r"Rank (\d+) failed to pass monitoredBarrier"
 #: worker_count=5`` (or ``num_workers_joined``), c10d's ``3/4 clients joined``.
 _BARRIER = r"world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)"
 _CLIENTS = r"(\d+)/(\d+) (?:clients|workers) joined"
+
+
+# What a line's words tell the reasoner (reason.verdict), one Boolean column each, on every row.
+#: Messages that end a run without being a failure in themselves (interpreter shutdown noise).
+_SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
+#: A connection being retried (c10d's client socket, NCCL's bootstrap, Gloo): as the last line
+#: of a log, the process was still trying to reach its peers when the log ends.
+_STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect(?: to \S+)? returned .*retrying|Connection (?:refused|timed out).*retry"
+#: ... except an address the socket cannot use at all (c10d tries every address of the host in
+#: turn: an IPv6 one gives EINVAL or EAFNOSUPPORT, and the next one is tried), which is no retry.
+_UNUSABLE_ADDRESS = r"errno: (?:22|97)\b"
+#: A line whose own glog marker says warning or info (``[W socket.cpp:436]``, ``[W1008 23:40:22.83 socket.cpp:767]``),
+#: whatever a wrapper that labels every stderr line an error put before it.
+_GLOG_NOT_ERROR = r"\[[WI]\d{0,4}(?: [\d:.]+)?(?: \d+)? ?[\w/.-]+\.(?:cpp|cc|h|hpp):\d+\]"
+#: An NCCL error return as PyTorch (or NCCL's own API) reports it: ``NCCL error in: ...``,
+#: ``NCCL error: unhandled system error``, ``ncclSystemError: System call ...``.
+NCCL_ERROR_RETURN = r"\bNCCL error\b|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b"
+#: A line that says the job, or a worker of it, ended well (torchelastic's events and agent, Trainer loops).
+_ENDED_WELL = (
+    r"torchelastic\.worker\.status\.SUCCEEDED|worker group successfully finished|Done waiting for other agents"
+    r"|(?i:\btraining (?:completed|finished|complete|done)\b)"
+)
+
+
+#: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
+_PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
+#: Where a set-up failure is raised: forming the process group, or DDP's first exchange.
+_SETUP = (
+    r"init_process_group|_new_process_group_helper|connectFullMesh|rendezvous|_verify_param|_store_based_barrier"
+    r"|TCPStore|FileStore|new_group|Connection refused|Timed out waiting|wait timeout"
+)
+
+
+def _says(df: pl.DataFrame) -> pl.DataFrame:
+    """The Boolean columns of what a line's words say (each text tested once: matching)."""
+
+    def has(pattern: str) -> pl.Series:
+        return matching(df, pattern=pattern, column="msg")
+
+    with_detail = df.select(pl.concat_str([pl.col("msg"), pl.col("detail").fill_null("")], separator=" ").alias("_text"))
+    return df.with_columns(
+        has(_SHUTDOWN_NOISE).alias("shutdown_noise"),
+        has(_GLOG_NOT_ERROR).alias("glog_below_error"),
+        (has(_STILL_CONNECTING) & ~has(_UNUSABLE_ADDRESS)).alias("retrying"),
+        has(NCCL_ERROR_RETURN).alias("nccl_error"),
+        (has(_PROGRESS) & ~has(SHOWN_SOURCE)).alias("progress"),
+        has(_ENDED_WELL).alias("ended_well"),
+        matching(with_detail, pattern=_SETUP, column="_text").alias("at_setup"),
+        has("(?i)last enqueued").alias("says_enqueued"),
+    )
 
 
 def _driver(df: pl.DataFrame) -> pl.DataFrame:
@@ -114,4 +167,4 @@ def annotate(df: pl.DataFrame) -> pl.DataFrame:
     """Fill the text fields of every row (rows without any of a group's literals are left alone)."""
     for literals, read in _GROUPS:
         df = on_rows_with(df, literals, read)
-    return df
+    return _says(df)

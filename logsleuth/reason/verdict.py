@@ -58,7 +58,7 @@ from logsleuth.events import (
 )
 from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
 from logsleuth.parse.identity import per_node_files, rank_table
-from logsleuth.parse.python import CUT_OFF, SHOWN_SOURCE
+from logsleuth.parse.python import CUT_OFF
 from logsleuth.rulebook import RuleSet
 
 from . import consistency, hangs, timeline
@@ -71,20 +71,6 @@ LAUNCHER_ERROR_RECORD = (pl.col("kind") == EXCEPTION) & (pl.col("source") == "la
 #: An exception of Ray's own (ray/exceptions.py: RaySystemError, ActorDiedError, WorkerCrashedError ...) on a line
 #: of its own: Ray raises them in the caller of a task or actor that failed, so the line is that failure's report.
 RAY_ERROR = (pl.col("kind") == EXCEPTION) & pl.col("exc_type").str.starts_with("ray.exceptions.")
-#: Messages that end a run without being a failure in themselves (interpreter shutdown noise).
-_SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
-#: A connection being retried (c10d's client socket, NCCL's bootstrap, Gloo): as the last line
-#: of a log, the process was still trying to reach its peers when the log ends.
-_STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect(?: to \S+)? returned .*retrying|Connection (?:refused|timed out).*retry"
-#: ... except an address the socket cannot use at all (c10d tries every address of the host in
-#: turn: an IPv6 one gives EINVAL or EAFNOSUPPORT, and the next one is tried), which is no retry.
-_UNUSABLE_ADDRESS = r"errno: (?:22|97)\b"
-#: A line whose own glog marker says warning or info (``[W socket.cpp:436]``, ``[W1008 23:40:22.83 socket.cpp:767]``),
-#: whatever a wrapper that labels every stderr line an error put before it.
-_GLOG_NOT_ERROR = r"\[[WI]\d{0,4}(?: [\d:.]+)?(?: \d+)? ?[\w/.-]+\.(?:cpp|cc|h|hpp):\d+\]"
-#: An NCCL error return as PyTorch (or NCCL's own API) reports it: ``NCCL error in: ...``,
-#: ``NCCL error: unhandled system error``, ``ncclSystemError: System call ...``.
-NCCL_ERROR_RETURN = r"\bNCCL error\b|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b"
 
 
 def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> pl.Series:
@@ -107,7 +93,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     """
     if events.is_empty():
         return pl.Series("failure", [], dtype=pl.Boolean)
-    kind, level, msg = pl.col("kind"), pl.col("level"), pl.col("message")
+    kind, level = pl.col("kind"), pl.col("level")
     last = pl.col("line") == pl.col("line").max().over("file")
     members = pl.col("rank").filter(kind == DIST_MEMBER).n_unique()  # over every file: a rank may write its own
     still_joining = last & (kind == DIST_MEMBER) & (members < pl.col("nranks"))
@@ -115,16 +101,12 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
         (
             kind.is_in([LINE, EXCEPTION])
             & (level == "error")
-            & ~msg.str.contains(_SHUTDOWN_NOISE).fill_null(False)
-            & ~msg.str.contains(_GLOG_NOT_ERROR).fill_null(False)
+            & ~pl.col("shutdown_noise").fill_null(False)
+            & ~pl.col("glog_below_error").fill_null(False)
         )
-        | (
-            kind.is_in([LINE, NCCL_INFO, NCCL_WARN])
-            & msg.str.contains(_STILL_CONNECTING).fill_null(False)
-            & ~msg.str.contains(_UNUSABLE_ADDRESS).fill_null(False)
-        )
+        | (kind.is_in([LINE, NCCL_INFO, NCCL_WARN]) & pl.col("retrying").fill_null(False))
     )
-    nccl_error = level.is_in(["error", "fatal"]) & msg.str.contains(NCCL_ERROR_RETURN).fill_null(False)
+    nccl_error = level.is_in(["error", "fatal"]) & pl.col("nccl_error").fill_null(False)
     signal = (
         IS_FAILURE
         | (kind == CPP_STACK)
@@ -343,14 +325,8 @@ def _still_retrying(ev: pl.DataFrame) -> pl.DataFrame:
     """A connection a rule knows as a retry (context: c10d's or NCCL's "failed to connect ...,
     retrying") that is still being retried when its log ends: the process never reached its
     peer, so the retries of that file are its failure (a weak primary: any stronger failure wins)."""
-    msg = pl.col("message")
     last = pl.col("line") == pl.col("line").max().over("file")
-    retrying = (
-        last
-        & (pl.col("hit_role") == "context")
-        & msg.str.contains(_STILL_CONNECTING).fill_null(False)
-        & ~msg.str.contains(_UNUSABLE_ADDRESS).fill_null(False)
-    )
+    retrying = last & (pl.col("hit_role") == "context") & pl.col("retrying").fill_null(False)
     ended = ev.filter(retrying.fill_null(False)).select("file", "rule").unique()
     if ended.is_empty():
         return ev
@@ -412,22 +388,8 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
     return per_file.filter(pl.col("_err").is_not_null() & (pl.col("_ok").is_null() | (pl.col("_ok") < pl.col("_err")))).is_empty()
 
 
-#: A line that says the job, or a worker of it, ended well (torchelastic's events and agent, Trainer loops).
-_ENDED_WELL = (
-    r"torchelastic\.worker\.status\.SUCCEEDED|worker group successfully finished|Done waiting for other agents"
-    r"|(?i:\btraining (?:completed|finished|complete|done)\b)"
-)
-
-
-#: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
-_PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
 #: An ordinary output line that shows training going on (not a source line of a traceback printed unfolded).
-_PROGRESS_LINE = (
-    (pl.col("kind") == LINE)
-    & (pl.col("level") == "info")
-    & pl.col("message").str.contains(_PROGRESS)
-    & ~pl.col("message").str.contains(SHOWN_SOURCE)
-)
+_PROGRESS_LINE = (pl.col("kind") == LINE) & (pl.col("level") == "info") & pl.col("progress")
 
 
 def shows_activity(ev: pl.DataFrame) -> bool:
@@ -441,14 +403,13 @@ def shows_activity(ev: pl.DataFrame) -> bool:
     after the last line, and "the job ran to completion" would be a guess."""
     if ev.is_empty():
         return False
-    msg = pl.col("message")
     hit = pl.col("hit_role").is_not_null() if "hit_role" in ev.columns else pl.lit(False)
     at_work = (
         pl.col("level").is_in(["warning", "error", "fatal"])
         | hit
         | pl.col("step").is_not_null()
         | _PROGRESS_LINE
-        | msg.str.contains(_ENDED_WELL).fill_null(False)
+        | pl.col("ended_well").fill_null(False)
     )
     return bool(ev.select(at_work.fill_null(False).any()).item())
 
@@ -882,7 +843,7 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
     base = next((c for c in cands if c.cause == cause), None) or next((c for c in cands if c.category == rules.category(cause)), None)
     hung_rows = ev.filter(pl.col("rank").is_in(hang.hung)).sort("pos")
     # per hung rank: the line that shows it behind (its last enqueued collective), else the last it printed
-    behind = pl.col("message").str.contains("(?i)last enqueued")
+    behind = pl.col("says_enqueued")
     shown = hung_rows.group_by("rank", maintain_order=True).agg(
         pl.coalesce(pl.col("eid").filter(behind).first(), pl.col("eid").last()).alias("eid")
     )
@@ -989,11 +950,6 @@ def _hardware_first(cands: list[Candidate], ev: pl.DataFrame, notes: list[str]) 
 #: What ranks report when the file:// init file they met through is stale or not shared:
 #: connects to dead addresses, peers that close on them, waits that never end.
 INIT_FILE_SYMPTOMS = frozenset({"master_unreachable", "peer_failure", "rendezvous_timeout", "collective_timeout", "unknown"})
-#: Where a set-up failure is raised: forming the process group, or DDP's first exchange.
-_SETUP = (
-    r"init_process_group|_new_process_group_helper|connectFullMesh|rendezvous|_verify_param|_store_based_barrier"
-    r"|TCPStore|FileStore|new_group|Connection refused|Timed out waiting|wait timeout"
-)
 
 
 def _init_file_first(cands: list[Candidate], ev: pl.DataFrame, rules: RuleSet, notes: list[str]) -> list[Candidate]:
@@ -1004,9 +960,7 @@ def _init_file_first(cands: list[Candidate], ev: pl.DataFrame, rules: RuleSet, n
     uses = ev.filter((pl.col("role") == "context") & (pl.col("cause") == "file_init_error")).sort("pos")
     lead = cands[0]
     shown = ev.filter(pl.col("eid").is_in(lead.eids))
-    at_setup = shown.select(
-        pl.concat_str([pl.col("message"), pl.col("detail").fill_null("")], separator=" ").str.contains(_SETUP).any()
-    ).item()
+    at_setup = shown.select(pl.col("at_setup").any()).item()
     if uses.is_empty() or not at_setup:
         return cands
     notes.append(f"the job meets through a file:// init file: it explains the {lead.category} the ranks reported at set-up")
