@@ -186,6 +186,19 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "waited_ranks": pl.String(),
     "barrier_world": pl.Int64(),  # a rendezvous barrier's world size ("world_size=4, worker_count=5", "3/4 clients joined")
     "barrier_joined": pl.Int64(),  # ... and how many joined it
+    # NCCL's own version check: "Mismatched NCCL version detected : rank 8 version 22703 rank 3 version 22602"
+    "mismatch_rank": pl.Int64(),
+    "mismatch_version": pl.String(),  # NCCL's version code (22703 is 2.27.3)
+    "mismatch_peer_rank": pl.Int64(),
+    "mismatch_peer_version": pl.String(),
+    "loopback_fallback": pl.Boolean(),  # Gloo fell back to the loopback address (its host name did not resolve)
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL's collective fingerprints: "Rank 2 is running collective: CollectiveFingerPrint(...),
+    # but Rank 3 is running collective: CollectiveFingerPrint(...)"
+    "fingerprint": pl.Boolean(),  # the line reports one
+    "fp_rank": pl.Int64(),
+    "fp": pl.String(),
+    "fp_peer_rank": pl.Int64(),
+    "fp_peer": pl.String(),
     # what a line's words tell the reasoner (every row: true or false)
     "shutdown_noise": pl.Boolean(),  # ends a run without being a failure: "Exception ignored in", a warning
     "glog_below_error": pl.Boolean(),  # its own glog marker says warning or info ("[W socket.cpp:436]")

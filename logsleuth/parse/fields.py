@@ -152,6 +152,42 @@ def _barrier(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+#: NCCL's own version check (>= 2.23): its rank and version code, and the peer's that differ.
+_MISMATCH_WARN = r"Mismatched NCCL version detected : rank (\d+) version (\d+) rank (\d+) version (\d+)"
+#: Gloo could not resolve its host name and fell back to the loopback address.
+_LOOPBACK_FALLBACK = "Using the loopback address as fallback"
+#: TORCH_DISTRIBUTED_DEBUG=DETAIL: each rank reports its own collective's fingerprint and a peer's
+#: (``Rank 2 is running collective: CollectiveFingerPrint(...), but Rank 3 is running collective: ...``).
+_FINGERPRINT = "is running (?:inconsistent )?collective: "
+_FP_SELF = r"Rank (\d+) is running (?:inconsistent )?collective: (.+?)(?:, but Rank \d+ is running collective: |$)"
+_FP_PEER = r", but Rank (\d+) is running collective: (.+?)(?:\.?Collectives differ in the following aspects|$)"
+
+
+def _nccl_check(df: pl.DataFrame) -> pl.DataFrame:
+    msg = pl.col("msg")
+    return df.with_columns(
+        integer(msg, _MISMATCH_WARN, 1).alias("mismatch_rank"),
+        field(msg, _MISMATCH_WARN, 2).alias("mismatch_version"),
+        integer(msg, _MISMATCH_WARN, 3).alias("mismatch_peer_rank"),
+        field(msg, _MISMATCH_WARN, 4).alias("mismatch_peer_version"),
+    )
+
+
+def _loopback(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(pl.col("msg").str.contains(_LOOPBACK_FALLBACK, literal=True).alias("loopback_fallback"))
+
+
+def _fingerprints(df: pl.DataFrame) -> pl.DataFrame:
+    msg = pl.col("msg")
+    return df.with_columns(
+        msg.str.contains(_FINGERPRINT).alias("fingerprint"),
+        integer(msg, _FP_SELF, 1).alias("fp_rank"),
+        field(msg, _FP_SELF, 2).alias("fp"),
+        integer(msg, _FP_PEER, 1).alias("fp_peer_rank"),
+        field(msg, _FP_PEER, 2).alias("fp_peer"),
+    )
+
+
 #: (literals one of which the text holds, the fields read from such rows)
 _GROUPS: tuple[tuple[tuple[str, ...], Callable[[pl.DataFrame], pl.DataFrame]], ...] = (
     (("cudaDriverVersion ",), _driver),
@@ -160,6 +196,9 @@ _GROUPS: tuple[tuple[tuple[str, ...], Callable[[pl.DataFrame], pl.DataFrame]], .
     (("Received a dump signal", _FIRST), _dump),
     (("Timed out waiting", "monitoredBarrier", "wait timeout after", _WATCHDOG), _wait),
     (("world_size=", " joined"), _barrier),
+    (("Mismatched NCCL version",), _nccl_check),
+    ((_LOOPBACK_FALLBACK,), _loopback),
+    (("is running ",), _fingerprints),
 )
 
 

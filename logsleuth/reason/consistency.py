@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from logsleuth.events import DIST_MEMBER, NCCL_ENV, NCCL_INIT, NCCL_NET, NCCL_VERSION, matching, numbered
+from logsleuth.events import DIST_MEMBER, NCCL_ENV, NCCL_INIT, NCCL_NET, NCCL_VERSION, numbered
 
 _BAD_IFACE = r"^(?:docker\d*|virbr\d*|lo|veth\w*|br-\w+|cni\d*|podman\d*|flannel\S*|tailscale\d*)$"
 _BAD_ADDR = r"^(?:172\.17\.|127\.|169\.254\.|::1$|fe80:)"
-_LOOPBACK_FALLBACK = "Using the loopback address as fallback"
 _IFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET")
 
 
@@ -169,29 +168,21 @@ def _membership(ev: pl.DataFrame) -> list[Finding]:
     return out
 
 
-_MISMATCH_WARN = r"Mismatched NCCL version detected : rank (\d+) version (\d+) rank (\d+) version (\d+)"
-
-
 def _nccl_says_mismatch(ev: pl.DataFrame) -> list[Finding]:
     """NCCL >= 2.23 compares versions itself: ``rank 8 version 22703 rank 3 version 22602``.
 
     Every rank that sees a different peer names one; the version fewer ranks
     run is the odd one, and the ranks that run it are named by the others.
     """
-    msg = pl.col("message")
-    warns = ev.filter(matching(ev, pattern=_MISMATCH_WARN))
+    warns = ev.filter(pl.col("mismatch_rank").is_not_null())
     if warns.is_empty():
         return []
-    pairs = (
-        pl.concat(
-            [
-                warns.select(msg.str.extract(_MISMATCH_WARN, 1).alias("r"), msg.str.extract(_MISMATCH_WARN, 2).alias("v")),
-                warns.select(msg.str.extract(_MISMATCH_WARN, 3).alias("r"), msg.str.extract(_MISMATCH_WARN, 4).alias("v")),
-            ]
-        )
-        .with_columns(pl.col("r").cast(pl.Int64))
-        .unique()
-    )
+    pairs = pl.concat(
+        [
+            warns.select(pl.col("mismatch_rank").alias("r"), pl.col("mismatch_version").alias("v")),
+            warns.select(pl.col("mismatch_peer_rank").alias("r"), pl.col("mismatch_peer_version").alias("v")),
+        ]
+    ).unique()
     # fewest ranks first; on a tie, the side without rank 0 (the job's reference) is the odd one
     by_version = (
         pairs.group_by("v")
@@ -310,7 +301,7 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
                 break
             if out:
                 break
-    fallback = ev.filter(matching(ev, pattern=_LOOPBACK_FALLBACK))
+    fallback = ev.filter(pl.col("loopback_fallback").fill_null(False))
     if not fallback.is_empty() and not out:
         nodes, ranks = _units_ranks(fallback)
         out.append(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from logsleuth.events import GLOO_TIMEOUT, WATCHDOG_TIMEOUT, matching
+from logsleuth.events import GLOO_TIMEOUT, WATCHDOG_TIMEOUT
 
 #: Gloo's own timeout (also inside a traceback's exception line) and monitored_barrier's.
 #: Causes whose lines say "I waited for the others and gave up": the rank that never came is the culprit.
@@ -213,22 +213,14 @@ def _short(ranks: list[int], limit: int = 8) -> str:
     return text + (f",… ({len(ranks)})" if len(ranks) > limit else "")
 
 
-_FP_SELF = r"Rank (\d+) is running (?:inconsistent )?collective: (.+?)(?:, but Rank \d+ is running collective: |$)"
-_FP_PEER = r", but Rank (\d+) is running collective: (.+?)(?:\.?Collectives differ in the following aspects|$)"
-
-
 def fingerprints(ev: pl.DataFrame) -> tuple[list[int], str] | None:
     """With TORCH_DISTRIBUTED_DEBUG=DETAIL every rank reports its own collective and a peer's
     (``Rank 2 is running collective: CollectiveFingerPrint(...), but Rank 3 is running ...``).
     Ranks grouped by fingerprint: the smaller group is the odd one out. None without such lines."""
-    msg = pl.col("message")
-    lines = ev.filter(matching(ev, pattern="is running (?:inconsistent )?collective: "))
-    if lines.is_empty():
-        return None
     said = pl.concat(
         [
-            lines.select(msg.str.extract(_FP_SELF, 1).alias("who"), msg.str.extract(_FP_SELF, 2).alias("fp")),
-            lines.select(msg.str.extract(_FP_PEER, 1).alias("who"), msg.str.extract(_FP_PEER, 2).alias("fp")),
+            ev.select(pl.col("fp_rank").alias("who"), "fp"),
+            ev.select(pl.col("fp_peer_rank").alias("who"), pl.col("fp_peer").alias("fp")),
         ]
     ).drop_nulls()
     per_rank = said.with_columns(pl.col("who").cast(pl.Int64)).group_by("who").agg(pl.col("fp").mode().sort().first())

@@ -53,7 +53,6 @@ from logsleuth.events import (
     SRUN_EXIT,
     TRACEBACK,
     WATCHDOG_TIMEOUT,
-    matching,
     numbered,
 )
 from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
@@ -747,7 +746,7 @@ def _split_wait(lead: Candidate, cands: list[Candidate], ev: pl.DataFrame, rules
 
 def _mismatch_candidate(ev: pl.DataFrame, rules: RuleSet, odd: list[int], why: str) -> Candidate:
     """collective_mismatch from the ranks' own collective fingerprints, when no rule named it."""
-    lines = ev.filter(matching(ev, pattern="is running (?:inconsistent )?collective: ")).sort("pos")
+    lines = ev.filter(pl.col("fingerprint").fill_null(False)).sort("pos")
     first_odd = lines.filter(pl.col("rank").is_in(odd))
     eids = [int(e) for e in pl.concat([first_odd, lines]).get_column("eid").unique(maintain_order=True).to_list()]
     return Candidate(
