@@ -199,6 +199,10 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "fp": pl.String(),
     "fp_peer_rank": pl.Int64(),
     "fp_peer": pl.String(),
+    # a collective a line names outside a Work(...) too (a fingerprint's), for the reproducer
+    "optype": pl.String(),  # its OpType
+    "tensor_numel": pl.Int64(),  # the element count of its TensorShape
+    "dtype": pl.String(),  # its TensorDtypes
     # what a line's words tell the reasoner (every row: true or false)
     "shutdown_noise": pl.Boolean(),  # ends a run without being a failure: "Exception ignored in", a warning
     "glog_below_error": pl.Boolean(),  # its own glog marker says warning or info ("[W socket.cpp:436]")
@@ -208,6 +212,8 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "ended_well": pl.Boolean(),  # the job or a worker ended well (torchelastic's SUCCEEDED, "training completed")
     "at_setup": pl.Boolean(),  # message or detail is about forming the process group (init_process_group, TCPStore, ...)
     "says_enqueued": pl.Boolean(),  # names a rank's "last enqueued" collective
+    "says_nccl": pl.Boolean(),  # mentions NCCL (ProcessGroupNCCL, an NCCL error)
+    "says_gloo": pl.Boolean(),  # mentions Gloo (ProcessGroupGloo, WorkGloo)
 }
 
 COLUMNS = tuple(SCHEMA)

@@ -90,6 +90,8 @@ def _says(df: pl.DataFrame) -> pl.DataFrame:
         has(_ENDED_WELL).alias("ended_well"),
         matching(with_detail, pattern=_SETUP, column="_text").alias("at_setup"),
         has("(?i)last enqueued").alias("says_enqueued"),
+        has("NCCL").alias("says_nccl"),
+        has(r"(?i)\bgloo\b|ProcessGroupGloo|WorkGloo").alias("says_gloo"),
     )
 
 
@@ -188,6 +190,22 @@ def _fingerprints(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _tensors(df: pl.DataFrame) -> pl.DataFrame:
+    """The collective a line names by its OpType (a fingerprint's too, not only a Work's), the element
+    count of its TensorShape and its TensorDtypes."""
+    msg = pl.col("msg")
+    dims = (
+        field(msg, r"TensorShape=\[([\d, ]*)\]", 1)
+        .str.split(",")
+        .list.eval(pl.element().filter(pl.element().str.strip_chars() != "").str.strip_chars().cast(pl.Int64))
+    )
+    return df.with_columns(
+        field(msg, r"OpType=([A-Z_]+)", 1).alias("optype"),
+        dims.list.eval(pl.element().product()).list.first().alias("tensor_numel"),
+        field(msg, r"TensorDtypes=(\w+)", 1).alias("dtype"),
+    )
+
+
 #: (literals one of which the text holds, the fields read from such rows)
 _GROUPS: tuple[tuple[tuple[str, ...], Callable[[pl.DataFrame], pl.DataFrame]], ...] = (
     (("cudaDriverVersion ",), _driver),
@@ -199,6 +217,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], Callable[[pl.DataFrame], pl.DataFrame]], .
     (("Mismatched NCCL version",), _nccl_check),
     ((_LOOPBACK_FALLBACK,), _loopback),
     (("is running ",), _fingerprints),
+    (("OpType=", "TensorDtypes="), _tensors),
 )
 
 

@@ -395,13 +395,11 @@ def _find_collective(events: pl.DataFrame, found: Found) -> None:
         seq = f" SeqNum={row['seq']}" if row["seq"] is not None else ""
         found.suspect = f"{optype}{seq}{where} ({row['file']}:{row['line']})"
     else:
-        prints = events.filter(pl.col("message").str.contains(r"OpType=[A-Z_]+"))
+        prints = events.filter(pl.col("optype").is_not_null())
         if prints.is_empty():
             return
         row = prints.row(0, named=True)
-        optype = re.search(r"OpType=([A-Z_]+)", row["message"]).group(1)  # type: ignore[union-attr]
-        shape = re.search(r"TensorShape=\[([\d, ]*)\]", row["message"])
-        numel = math.prod(int(x) for x in shape.group(1).split(",") if x.strip()) if shape else None
+        optype, numel = str(row["optype"]), row["tensor_numel"]
         found.suspect = f"{optype} ({row['file']}:{row['line']})"
     found.op = _OPTYPES.get(optype) or _NEAREST.get(optype)
     if found.op is None:
@@ -410,9 +408,9 @@ def _find_collective(events: pl.DataFrame, found: Found) -> None:
         found.notes.append(f"OpType {optype} has no collective of its own here; {found.op} moves the same kind of traffic")
     if numel is not None and numel > 0:
         found.numel = int(numel)
-    dtypes = events.filter(pl.col("message").str.contains(r"TensorDtypes=\w+")).get_column("message")
+    dtypes = events.get_column("dtype").drop_nulls()
     if dtypes.len():
-        found.dtype = _TORCH_DTYPES.get(re.search(r"TensorDtypes=(\w+)", dtypes[0]).group(1))  # type: ignore[union-attr]
+        found.dtype = _TORCH_DTYPES.get(dtypes[0])
 
 
 def _find_shape(events: pl.DataFrame, found: Found) -> None:
@@ -456,10 +454,9 @@ def _find_env(events: pl.DataFrame, found: Found) -> None:
 
 
 def _find_backend(events: pl.DataFrame) -> str | None:
-    msg = pl.col("message")
-    if events.filter((pl.col("source") == "nccl") | msg.str.contains(r"NCCL|ProcessGroupNCCL")).height:
+    if events.filter((pl.col("source") == "nccl") | pl.col("says_nccl")).height:
         return "nccl"
-    if events.filter(msg.str.contains(r"(?i)\bgloo\b|ProcessGroupGloo|WorkGloo")).height:
+    if events.filter(pl.col("says_gloo")).height:
         return "gloo"
     return None
 
