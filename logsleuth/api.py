@@ -19,6 +19,7 @@ from typing import BinaryIO
 import polars as pl
 
 from . import __version__, classify, fuse, ingest, jobs, match, parse, reason, rulebook, stages
+from .events import numbered
 from .redact import redact_all, redact_frame
 from .report.build import build
 from .report.model import CandidateOut, Evidence, FirstFailure, InputOut, Report, Verdict
@@ -134,6 +135,7 @@ def _diagnose(
 ) -> Report:
     """Match, reason, fuse and build: one report from one job's events."""
     timer = stages.current()
+    events = numbered(events)  # the event ids every stage names events by, given once
     with timer.stage("match"):
         hits = match.match(events, ruleset)
     with timer.stage("reason"):

@@ -34,6 +34,8 @@ from typing import Any
 
 import polars as pl
 
+from logsleuth.events import NCCL_SETUP_KINDS, NCCL_VERSION, WATCHDOG_TIMEOUT, numbered
+
 from .reason import IS_FAILURE
 
 #: Where the shipped model lives (next to the package, or inside it when installed).
@@ -46,10 +48,8 @@ LOUD = ("error", "fatal", "warning")
 #: Levels of the events a verdict may show as the classifier's evidence.
 EVIDENCE_LEVELS = ("error", "fatal")
 #: Info-level kinds whose words are features too ("i:"): how NCCL was set up, not training chatter.
-TELLING_INFO = ("nccl_net", "nccl_env", "nccl_version", "nccl_init")
+TELLING_INFO = NCCL_SETUP_KINDS
 _TOKEN = r"<[a-z0-9]+>|[a-z][a-z0-9]+"
-_BARRIER = r"world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+)"
-_CLIENTS = r"(\d+)/(\d+) (?:clients|workers) joined"
 
 
 @dataclass(frozen=True)
@@ -357,7 +357,7 @@ def event_features(events: pl.DataFrame, cfg: FeatureConfig) -> pl.DataFrame:
     # Only error-level events are shown as evidence; of the others (warnings every rank repeats,
     # NCCL set-up) the first of each identical event carries all the words the job vector needs.
     said = ["ns", "message", "detail", "kind", "level", "source", "exc_type", "signal", "exit_code"]
-    told = events.with_row_index("eid").with_columns(ns.alias("ns")).filter(pl.col("ns").is_not_null())
+    told = numbered(events).with_columns(ns.alias("ns")).filter(pl.col("ns").is_not_null())
     shown = pl.col("level").is_in(EVIDENCE_LEVELS)
     told = pl.concat([told.filter(shown), told.filter(~shown).unique(subset=said, keep="first", maintain_order=True)])
     base = told.select(
@@ -390,10 +390,10 @@ def job_features(events: pl.DataFrame) -> list[str]:
     """Facts about the whole job that no single line states: version skew, who failed, barrier counts."""
     out: list[str] = []
     kind = pl.col("kind")
-    versions = events.filter(kind == "nccl_version").get_column("version").drop_nulls().n_unique()
+    versions = events.filter(kind == NCCL_VERSION).get_column("version").drop_nulls().n_unique()
     if versions > 1:
         out.append("xf:nccl_versions_differ")
-    seqs = events.filter(kind == "watchdog_timeout").get_column("seq").drop_nulls().n_unique()
+    seqs = events.filter(kind == WATCHDOG_TIMEOUT).get_column("seq").drop_nulls().n_unique()
     if seqs > 1:
         out.append("xf:watchdog_seq_differ")
     failing = events.filter(IS_FAILURE)
@@ -401,16 +401,8 @@ def job_features(events: pl.DataFrame) -> list[str]:
         out.append("xf:no_failure_events")
     n_ranks = failing.get_column("rank").drop_nulls().n_unique()
     out.append(f"xf:failed_ranks={'0' if n_ranks == 0 else '1' if n_ranks == 1 else '2-3' if n_ranks < 4 else '4+'}")
-    msg = pl.col("message")
-    counts = events.select(
-        msg.str.extract(_BARRIER, 1).cast(pl.Int64, strict=False).alias("world"),
-        msg.str.extract(_BARRIER, 2).cast(pl.Int64, strict=False).alias("joined"),
-    ).drop_nulls()
-    clients = events.select(
-        msg.str.extract(_CLIENTS, 1).cast(pl.Int64, strict=False).alias("joined"),
-        msg.str.extract(_CLIENTS, 2).cast(pl.Int64, strict=False).alias("world"),
-    ).drop_nulls()
-    for world, joined in [*counts.iter_rows(), *((w, j) for j, w in clients.iter_rows())]:
+    counts = events.select("barrier_world", "barrier_joined").drop_nulls()
+    for world, joined in counts.iter_rows():
         out.append("xf:barrier_overfull" if joined > world else "xf:barrier_short" if joined < world else "xf:barrier_full")
     return sorted(set(out))
 
@@ -467,7 +459,7 @@ def predict_from(model: Model, events: pl.DataFrame, feats: pl.DataFrame) -> Pre
 def evidence(model: Model, events: pl.DataFrame, feats: pl.DataFrame, limit: int = 3) -> dict[str, list[int]]:
     """Per label, the error-level events whose features weigh most towards it, strongest first."""
     rows = feats.filter(pl.col("eid") >= 0).select("eid", "h").unique()
-    loud = events.with_row_index("eid").filter(pl.col("level").is_in(EVIDENCE_LEVELS)).get_column("eid").cast(pl.Int64)
+    loud = numbered(events).filter(pl.col("level").is_in(EVIDENCE_LEVELS)).get_column("eid").cast(pl.Int64)
     rows = rows.filter(pl.col("eid").is_in(loud.implode()))
     if rows.is_empty():
         return {}

@@ -14,6 +14,108 @@ import polars as pl
 SOURCES = ("slurm", "nccl", "torch", "launcher", "python", "app")
 LEVELS = ("fatal", "error", "warning", "info", "debug")
 
+# Event kinds (the ``kind`` column): what a row is. Each parser module in logsleuth/parse
+# lists the kinds it emits (its ``KINDS``); every stage names them through these constants.
+#: A line no parser claimed (its level from its words, an exit status it names).
+LINE = "line"
+#: A Python traceback folded into one event (parse.python), and an exception line outside one.
+TRACEBACK = "traceback"
+EXCEPTION = "exception"
+#: C++ side of PyTorch (parse.torch): ``terminate called after throwing``, its ``what():`` line, a c10 stack dump.
+CPP_TERMINATE = "cpp_terminate"
+CPP_WHAT = "cpp_what"
+CPP_STACK = "cpp_stack"
+#: Collective timeouts: ProcessGroupNCCL's watchdog, Gloo's send/recv.
+WATCHDOG_TIMEOUT = "watchdog_timeout"
+GLOO_TIMEOUT = "gloo_timeout"
+#: A process saying which rank of which world it is as it joins the group.
+DIST_MEMBER = "dist_member"
+#: torchrun's agent: a ChildFailedError table entry, a worker's failure, the survivors' teardown, the agent's own signal.
+CHILD_FAILED = "child_failed"
+AGENT_WORKER_FAILED = "agent_worker_failed"
+AGENT_TEARDOWN = "agent_teardown"
+AGENT_SIGNAL = "agent_signal"
+#: Open MPI's signal handler report (parse.mpi).
+SIGNAL_REPORT = "signal_report"
+#: SLURM (parse.slurm).
+SLURM_CANCEL = "slurm_cancel"
+SLURM_FAILED = "slurm_failed"
+SLURM_MEMORY_ERROR = "slurm_memory_error"
+SLURM_OOM = "slurm_oom"
+SLURM_MEM_LIMIT = "slurm_mem_limit"
+SLURM_NODE_FAILURE = "slurm_node_failure"
+SLURM_LINE = "slurm_line"
+SRUN_EXIT = "srun_exit"
+SRUN_ABORT = "srun_abort"
+#: NCCL (parse.nccl).
+NCCL_VERSION = "nccl_version"
+NCCL_INIT = "nccl_init"
+NCCL_NET = "nccl_net"
+NCCL_ENV = "nccl_env"
+NCCL_UNWIND = "nccl_unwind"
+NCCL_WARN = "nccl_warn"
+NCCL_INFO = "nccl_info"
+
+#: Every kind a row can have.
+KINDS = (
+    LINE,
+    TRACEBACK,
+    EXCEPTION,
+    CPP_TERMINATE,
+    CPP_WHAT,
+    CPP_STACK,
+    WATCHDOG_TIMEOUT,
+    GLOO_TIMEOUT,
+    DIST_MEMBER,
+    CHILD_FAILED,
+    AGENT_WORKER_FAILED,
+    AGENT_TEARDOWN,
+    AGENT_SIGNAL,
+    SIGNAL_REPORT,
+    SLURM_CANCEL,
+    SLURM_FAILED,
+    SLURM_MEMORY_ERROR,
+    SLURM_OOM,
+    SLURM_MEM_LIMIT,
+    SLURM_NODE_FAILURE,
+    SLURM_LINE,
+    SRUN_EXIT,
+    SRUN_ABORT,
+    NCCL_VERSION,
+    NCCL_INIT,
+    NCCL_NET,
+    NCCL_ENV,
+    NCCL_UNWIND,
+    NCCL_WARN,
+    NCCL_INFO,
+)
+
+#: Kinds of event that show a process or job failed (used to tell `unknown` from `none`).
+FAILURE_KINDS = (
+    TRACEBACK,
+    CPP_TERMINATE,
+    CPP_WHAT,
+    WATCHDOG_TIMEOUT,
+    GLOO_TIMEOUT,
+    CHILD_FAILED,
+    AGENT_WORKER_FAILED,
+    SRUN_EXIT,
+    SLURM_CANCEL,
+    SLURM_OOM,
+    SLURM_FAILED,
+    SLURM_MEMORY_ERROR,
+    SLURM_NODE_FAILURE,
+    SIGNAL_REPORT,
+)
+#: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
+EXIT_KINDS = (CHILD_FAILED, AGENT_WORKER_FAILED, SRUN_EXIT)
+#: What a rank says about its own failure (its exit record then only summarises it).
+DETAIL_KINDS = (TRACEBACK, CPP_TERMINATE, CPP_WHAT, EXCEPTION, WATCHDOG_TIMEOUT, GLOO_TIMEOUT, NCCL_WARN, SIGNAL_REPORT)
+#: Kinds that only a launcher agent (torchrun) writes.
+AGENT_KINDS = (CHILD_FAILED, AGENT_WORKER_FAILED, AGENT_TEARDOWN, AGENT_SIGNAL)
+#: NCCL's start-up lines that describe the job rather than report on it (version, communicator, network, settings).
+NCCL_SETUP_KINDS = (NCCL_NET, NCCL_ENV, NCCL_VERSION, NCCL_INIT)
+
 #: Column name -> dtype. The first block is what every row has; the second
 #: holds the structured fields that some kinds of event carry.
 SCHEMA: Mapping[str, pl.DataType] = {
@@ -57,9 +159,75 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "job": pl.String(),  # SLURM job or step id
     "reason": pl.String(),  # SLURM cancel reason, etc.
     "tasks": pl.String(),  # SLURM task range, e.g. "0-3,5"
+    # fields that later stages read from a line's text, parsed once here (no stage after parse
+    # applies a regex to ``message``)
+    "env_name": pl.String(),  # an NCCL setting a process reports ("NCCL_SOCKET_IFNAME set by environment to eth0")
+    "env_value": pl.String(),  # ... its value as printed ("eth0")
+    "cuda_version": pl.String(),  # the CUDA version NCCL was built with ("NCCL version 2.21.5+cuda12.4": "12.4")
+    "driver_version": pl.String(),  # the CUDA driver a process found ("cudaDriverVersion 12020")
+    # NCCL's "Using" lines (nccl_net): the interface and address its Bootstrap or NET/Socket layer picked
+    "net_layer": pl.String(),  # Bootstrap | NET/Socket
+    "net_interface": pl.String(),
+    "net_address": pl.String(),  # IPv4 or IPv6, as printed
+    # ProcessGroupNCCL's hang reports
+    "pg": pl.String(),  # the process group a line names ("[PG 0 Rank 3]", "[PG ID 1 ...]")
+    "watchdog_at": pl.Int64(),  # the SeqNum a watchdog status line says it timed out at
+    "last_enqueued": pl.Int64(),  # the last collective the rank enqueued (status and dump lines)
+    "last_completed": pl.Int64(),  # ... and the last it completed
+    "dump_self": pl.Boolean(),  # a dump signal from this rank's own watchdog (true) or another rank's (false)
+    "dump_from": pl.Int64(),  # ... the rank it came from, when another
+    "dump_first": pl.Boolean(),  # "First PG on this rank to signal dumping"
+    # a rank that gave up waiting for others: collective (Gloo, monitored_barrier), store (rendezvous), watchdog
+    "wait": pl.String(),
+    "monitored_barrier": pl.Boolean(),  # the line is about monitored_barrier (TORCH_DISTRIBUTED_DEBUG=DETAIL runs one before a collective)
+    "missing_rank": pl.Int64(),  # the rank monitored_barrier says did not arrive
+    # the ranks whose keys a timed-out store wait waited for, sorted and comma-separated ("" when no key
+    # names a rank): a plain string so that every export (CSV too) takes the table as it is
+    "waited_ranks": pl.String(),
+    "barrier_world": pl.Int64(),  # a rendezvous barrier's world size ("world_size=4, worker_count=5", "3/4 clients joined")
+    "barrier_joined": pl.Int64(),  # ... and how many joined it
+    # NCCL's own version check: "Mismatched NCCL version detected : rank 8 version 22703 rank 3 version 22602"
+    "mismatch_rank": pl.Int64(),
+    "mismatch_version": pl.String(),  # NCCL's version code (22703 is 2.27.3)
+    "mismatch_peer_rank": pl.Int64(),
+    "mismatch_peer_version": pl.String(),
+    "loopback_fallback": pl.Boolean(),  # Gloo fell back to the loopback address (its host name did not resolve)
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL's collective fingerprints: "Rank 2 is running collective: CollectiveFingerPrint(...),
+    # but Rank 3 is running collective: CollectiveFingerPrint(...)"
+    "fingerprint": pl.Boolean(),  # the line reports one
+    "fp_rank": pl.Int64(),
+    "fp": pl.String(),
+    "fp_peer_rank": pl.Int64(),
+    "fp_peer": pl.String(),
+    # a collective a line names outside a Work(...) too (a fingerprint's), for the reproducer
+    "optype": pl.String(),  # its OpType
+    "tensor_numel": pl.Int64(),  # the element count of its TensorShape
+    "dtype": pl.String(),  # its TensorDtypes
+    # what a line's words tell the reasoner (every row: true or false)
+    "shutdown_noise": pl.Boolean(),  # ends a run without being a failure: "Exception ignored in", a warning
+    "glog_below_error": pl.Boolean(),  # its own glog marker says warning or info ("[W socket.cpp:436]")
+    "retrying": pl.Boolean(),  # a connection being retried ("failed to connect ..., retrying"), to an address it can use
+    "nccl_error": pl.Boolean(),  # an NCCL error return as PyTorch reports it ("NCCL error: unhandled system error")
+    "progress": pl.Boolean(),  # training at work: steps, epochs, a loss, a progress bar (not a traceback's source line)
+    "ended_well": pl.Boolean(),  # the job or a worker ended well (torchelastic's SUCCEEDED, "training completed")
+    "socket_failed": pl.Boolean(),  # an NCCL line of its socket layer giving up (socket.cc -> 2, a refused or unroutable connect)
+    "at_setup": pl.Boolean(),  # message or detail is about forming the process group (init_process_group, TCPStore, ...)
+    "says_enqueued": pl.Boolean(),  # names a rank's "last enqueued" collective
+    "says_nccl": pl.Boolean(),  # mentions NCCL (ProcessGroupNCCL, an NCCL error)
+    "says_gloo": pl.Boolean(),  # mentions Gloo (ProcessGroupGloo, WorkGloo)
 }
 
 COLUMNS = tuple(SCHEMA)
+
+#: The event id: the row's position in the table one job is analysed as (UInt32). Rule hits,
+#: findings and evidence name events by it. It is no column of SCHEMA: a job's table is a part of
+#: the inputs' table (jobs.group), so the id is given when the analysis starts (numbered), once.
+EID = "eid"
+
+
+def numbered(df: pl.DataFrame) -> pl.DataFrame:
+    """The table with its event id column: the one it has, else row positions assigned now."""
+    return df if EID in df.columns else df.with_row_index(EID)
 
 
 def empty() -> pl.DataFrame:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from .events import EID, numbered
 from .rulebook import Rule, RuleSet
 
 #: Seconds one fallback regex may spend on one message.
@@ -97,10 +98,7 @@ def match(events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     index = pl.Series("_r", range(len(live)), dtype=pl.UInt32)
     which = pl.select(index.repeat_by(pl.Series([len(e) for e in dids], dtype=pl.UInt32)).explode()).to_series()
     rows = (
-        events.select(keys)
-        .with_row_index("eid")
-        .join(distinct.with_row_index("_d"), on=keys, how="inner", nulls_equal=True)
-        .select("eid", "_d")
+        numbered(events).select(EID, *keys).join(distinct.with_row_index("_d"), on=keys, how="inner", nulls_equal=True).select("eid", "_d")
     )
     meta = pl.DataFrame(
         {

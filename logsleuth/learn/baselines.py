@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from logsleuth.events import AGENT_WORKER_FAILED, CHILD_FAILED, EXCEPTION, SRUN_EXIT, TRACEBACK
+
 from .corpus import Observation
 
 #: exit status (or signal) -> the cause people read into it
@@ -33,7 +35,7 @@ EXIT_FOLKLORE: dict[str, str] = {
     "135": "shm_exhausted",
     "143": "slurm_cancelled",
 }
-_EXIT_KINDS = ("srun_exit", "child_failed", "agent_worker_failed")
+_EXIT_KINDS = (SRUN_EXIT, CHILD_FAILED, AGENT_WORKER_FAILED)
 
 #: exception type (last dotted component) -> cause
 EXCEPTION_FOLKLORE: dict[str, str] = {
@@ -114,7 +116,7 @@ def exit_code(obs: Observation) -> str:
 
 def last_exception(obs: Observation) -> str:
     """The cause of the last exception type printed (user_code_error for other types; none without one)."""
-    ex = _ordered(obs.events).filter(pl.col("kind").is_in(["traceback", "exception"]) & pl.col("exc_type").is_not_null())
+    ex = _ordered(obs.events).filter(pl.col("kind").is_in([TRACEBACK, EXCEPTION]) & pl.col("exc_type").is_not_null())
     if ex.is_empty():
         return "none"
     name = str(ex.get_column("exc_type")[-1]).rsplit(".", 1)[-1]

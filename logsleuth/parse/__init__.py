@@ -12,16 +12,17 @@ import polars as pl
 from logsleuth import events
 from logsleuth.events import matching
 
-from . import mpi, nccl, prefixes, python, slurm, torch
+from . import fields, identity, mpi, nccl, prefixes, python, slurm, torch
 
-#: Literal strings that make a raw line worth parsing (the ingest prefilter).
-#: Rules add their own keywords; these are what the parsers themselves need.
-KEYWORDS: tuple[str, ...] = (
-    "GLOBAL_RANK",  # Lightning's process-group membership lines (parse.torch)
-    "Discovered ",  # ... DeepSpeed's
-    "Rank of current process",  # ... detectron2's
-    "init",  # ... and a script's own "Distributed init: rank 0/2"
-    "Init",
+#: The parser modules, each declaring ``TRIGGERS`` (literals one of which is in every line it
+#: claims, folds or reads), ``KINDS`` (the event kinds it emits) and ``EXAMPLES`` (text -> fields
+#: of its event; tests/parse/test_declared.py runs them through ingest with the prefilter on).
+#: ``identity`` emits no kind: it reads the ranks some messages name (then resolves who wrote what).
+PARSERS = (python, torch, mpi, slurm, nccl, identity)
+
+#: What plain ``line`` events need (their level from trouble words, an exit status) and the
+#: context lines rules and the reasoner read (launcher settings, versions). No parser claims these.
+LINE_TRIGGERS: tuple[str, ...] = (
     # generic trouble words, in the case variants that occur
     "error",
     "Error",
@@ -97,28 +98,7 @@ KEYWORDS: tuple[str, ...] = (
     "equeue",
     "NODE FAIL",
     "not responding",
-    # structure the parsers fold
-    "Traceback",
-    'File "',
-    'File \\"',  # a traceback escaped into one line (torchelastic's error file, parse.python)
-    "During handling",
-    "The above exception",
-    "Failures:",
-    "Root Cause",
-    "time      :",
-    "host      :",
-    "rank      :",
-    "error_file:",
-    "traceback :",
-    # SLURM, launchers, NCCL identity and configuration
-    "slurmstepd",
-    "srun:",
-    "NCCL WARN",
-    "NCCL version",
-    "Init COMPLETE",
-    "Bootstrap",
-    "NET/",
-    "NCCL_",
+    # launchers' and NCCL's identity and configuration
     "GLOO_",
     "IFNAME",
     "MASTER_",
@@ -129,7 +109,7 @@ KEYWORDS: tuple[str, ...] = (
     "ndezvous",
     "torch.distributed",
     "ersion",
-    # a job or worker that ended well (reason.verdict._ENDED_WELL)
+    # a job or worker that ended well (parse.fields._ENDED_WELL)
     "SUCCEEDED",
     "successfully finished",
     "Done waiting",
@@ -139,6 +119,10 @@ KEYWORDS: tuple[str, ...] = (
     "raining finished",
     "raining done",
 )
+
+#: Literal strings that make a raw line worth parsing (the ingest prefilter): every parser's
+#: triggers and the plain lines'. Rules add their own keywords.
+KEYWORDS: tuple[str, ...] = tuple(dict.fromkeys([*LINE_TRIGGERS, *(t for parser in PARSERS for t in parser.TRIGGERS)]))
 
 #: A process's exit status as shells, IDEs, subprocess and job tools print it on a line of its own:
 #: "exit status 1", "exited with code 139", "Process finished with exit code 1",
@@ -193,22 +177,23 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     )
     plain = pl.col("kind").is_null()
     df = df.with_columns(
-        pl.col("kind").fill_null("line"),
+        pl.col("kind").fill_null(events.LINE),
         pl.when(plain & msg.str.contains(_ALLOC_ABORT)).then(pl.lit("fatal")).otherwise(pl.col("level").fill_null(level)).alias("level"),
         pl.col("source").fill_null("app"),
         pl.when(plain)
         .then(msg.str.extract(_EXIT_STATUS, 1).cast(pl.Int32, strict=False))
         .otherwise(pl.col("exit_code"))
         .alias("exit_code"),
-    ).filter((pl.col("kind") != "line") | ~msg.str.contains(r"^\s*(?:[=\-*#~_]{5,}\s*)?$"))
+    ).filter((pl.col("kind") != events.LINE) | ~msg.str.contains(r"^\s*(?:[=\-*#~_]{5,}\s*)?$"))
     df = pl.concat([df, tracebacks, failures, reports], how="diagonal_relaxed")
     df = torch.enrich(df)
     df = nccl.attribute_ranks(df)
+    df = fields.annotate(df)
     df = df.with_columns(
         pl.coalesce("block_start", "line").alias("block_start"),
         pl.coalesce("node", "host").alias("node"),
         pl.col("msg").str.extract(_ADDRESS, 1).alias("address"),
-        pl.when(pl.col("kind") == "line")
+        pl.when(pl.col("kind") == events.LINE)
         .then(pl.coalesce(*(pl.col("msg").str.extract(p, 1) for p in _STEP)).cast(pl.Int64, strict=False))
         .alias("step"),
     )

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Mapping
+from typing import TypeAlias
 
 import polars as pl
 
 from logsleuth.events import matching
+
+#: A parser's example: text as a log has it (one line, or a block of lines) and fields of the event it
+#: must give. tests/parse/test_declared.py runs each one through ingest with the prefilter on, in the
+#: middle of a long file, and compares the fields.
+Example: TypeAlias = tuple[str, Mapping[str, object]]
 
 #: strsignal() text (what srun prints) -> signal name.
 STRSIGNAL = {

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from .common import SIGNUM, STRSIGNAL, streams_with
+from logsleuth import events
+
+from .common import SIGNUM, STRSIGNAL, Example, streams_with
 
 #: The lines of the handler's report (``Associated errno:`` and the SIGCHLD/SIGPOLL details
 #: only appear for those signals; ``[ N]`` are the backtrace frames).
@@ -39,6 +41,49 @@ _REPORT = (
 _SIGNAL = r"^Signal: (?:(.+?) \((\d+)\)|(\d+))$"
 _HEADER = "*** Process received signal ***"
 _FOOTER = "*** End of error message ***"
+
+
+#: Literals one of which is in every line of the handler's report (the ingest prefilter keeps them).
+TRIGGERS = (
+    "Process received signal",
+    "End of error message",
+    "Signal: ",
+    "Signal code: ",
+    "Failing at address: ",
+    "Associated errno: ",
+    "siginfo is NULL",
+    # a backtrace frame as glibc's backtrace_symbols_fd writes it (Open MPI's execinfo component):
+    # "[ 0] /lib/x86_64-linux-gnu/libpthread.so.0(+0x11390)[0x7f13ce25a390]", or "[ 3] [0x7f13ce25a390]"
+    # without a symbol (not c10's "frame #3: python() [0x651770]")
+    ")[0x",
+    "] [0x",
+)
+
+KINDS = (events.SIGNAL_REPORT,)
+
+EXAMPLES: tuple[Example, ...] = (
+    (
+        "[node01:19474] *** Process received signal ***\n"
+        "[node01:19474] Signal: Segmentation fault (11)\n"
+        "[node01:19474] Signal code: Address not mapped (1)\n"
+        "[node01:19474] Failing at address: (nil)\n"
+        "[node01:19474] [ 0] /lib/x86_64-linux-gnu/libpthread.so.0(+0x11390)[0x7f13ce25a390]\n"
+        "[node01:19474] [ 1] /opt/conda/lib/python3.10/site-packages/horovod/common/mpi_lib.so(+0x22603)[0x7f13cc796603]\n"
+        "[node01:19474] *** End of error message ***",
+        {
+            "kind": events.SIGNAL_REPORT,
+            "node": "node01",
+            "pid": 19474,
+            "signal": "SIGSEGV",
+            "detail": "frames: 2",
+            "message": "Signal: Segmentation fault (11); Signal code: Address not mapped (1); Failing at address: (nil)",
+        },
+    ),
+    (
+        "[gpu7:00421] *** Process received signal ***\n[gpu7:00421] siginfo is NULL, additional information unavailable",
+        {"kind": events.SIGNAL_REPORT, "node": "gpu7", "pid": 421, "detail": "frames: 0"},
+    ),
+)
 
 
 def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -75,7 +120,7 @@ def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     number = pl.coalesce(pl.col("_signal").str.extract(_SIGNAL, 2), pl.col("_signal").str.extract(_SIGNAL, 3))
     name = pl.col("_signal").str.extract(_SIGNAL, 1)
-    events = reports.select(
+    folded = reports.select(
         "file",
         pl.coalesce("_hdr_line", "_first_said", "block_start").alias("line"),
         "block_start",
@@ -94,9 +139,9 @@ def fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             name.replace_strict(STRSIGNAL, default=None, return_dtype=pl.String),
         ).alias("signal"),
         pl.concat_str([pl.lit("frames: "), pl.col("_frames").cast(pl.String)]).alias("detail"),
-        pl.lit("signal_report").alias("kind"),
+        pl.lit(events.SIGNAL_REPORT).alias("kind"),
         pl.lit("app").alias("source"),
         pl.lit("fatal").alias("level"),
     )
     rest = t.filter(pl.col("_body").is_null()).drop("_o", "_host", "_pid", "_body")
-    return pl.concat([rest, others], how="diagonal_relaxed"), events
+    return pl.concat([rest, others], how="diagonal_relaxed"), folded

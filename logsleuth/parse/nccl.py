@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from .common import claim, field, integer, on_rows_with, short_host
+from logsleuth import events
+
+from .common import Example, claim, field, integer, on_rows_with, short_host
 
 _LINE = (
     r"^(?:\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?)?"
@@ -33,6 +35,67 @@ _UNWIND = r"^([\w./-]+:\d+) -> (\d+)"
 _LEVEL = {"WARN": "warning", "INFO": "info", "TRACE": "debug", "CALL": "debug", "ABORT": "error"}
 
 
+#: Literals of the NCCL lines worth keeping: the ingest prefilter keeps the lines that hold one (the
+#: thousands of other INFO lines of NCCL_DEBUG=INFO are dropped before parsing; those that get through
+#: for another keyword are still claimed, as nccl_info).
+TRIGGERS = (
+    "NCCL WARN",
+    "NCCL version",
+    "Init COMPLETE",
+    "Init START",
+    "Abort COMPLETE",
+    "Destroy COMPLETE",
+    "Bootstrap",
+    "NET/",
+    "NCCL_",
+    " -> ",  # an error return unwinding: "init.cc:1234 -> 2"
+)
+
+KINDS = (
+    events.NCCL_VERSION,
+    events.NCCL_INIT,
+    events.NCCL_NET,
+    events.NCCL_ENV,
+    events.NCCL_UNWIND,
+    events.NCCL_WARN,
+    events.NCCL_INFO,
+)
+
+EXAMPLES: tuple[Example, ...] = (
+    (
+        "node01:1234:1234 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+        {"kind": events.NCCL_VERSION, "version": "2.21.5", "node": "node01", "pid": 1234},
+    ),
+    ("NCCL version 2.18.1+cuda12.1", {"kind": events.NCCL_VERSION, "version": "2.18.1", "source": "nccl"}),
+    (
+        "node01:1234:1290 [1] NCCL INFO comm 0x55d4c0 rank 3 nranks 8 cudaDev 1 busId 1b000 commId 0x9f2e1c - Init COMPLETE",
+        {"kind": events.NCCL_INIT, "rank": 3, "nranks": 8, "comm_rank": 3, "device": 1, "bus_id": "1b000", "comm_id": "0x9f2e1c"},
+    ),
+    (
+        "node01:1234:1290 [1] NCCL INFO comm 0x55d4c0 rank 3 nRanks 8 cudaDev 1 busId 1b000 - Destroy COMPLETE",
+        {"kind": events.NCCL_INFO, "comm_rank": 3, "device": 1},
+    ),
+    (
+        "node01:1234:1234 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.12<0>",
+        {"kind": events.NCCL_NET, "interface": "eth0", "address": "10.0.0.12"},
+    ),
+    ("node01:1234:1234 [0] NCCL INFO NET/Socket : Using [0]ib0:10.1.0.12<0>", {"kind": events.NCCL_NET, "interface": "ib0"}),
+    (
+        "node01:1234:1234 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0",
+        {"kind": events.NCCL_ENV, "interface": "eth0", "detail": "NCCL_SOCKET_IFNAME=eth0"},
+    ),
+    (
+        "kp-worker-0:3468:3905 [4] NCCL INFO transport/net.cc:1302 -> 6",
+        {"kind": events.NCCL_UNWIND, "exit_code": 6, "detail": "transport/net.cc:1302", "level": "error", "node": "kp-worker-0"},
+    ),
+    (
+        "node02:405884:407462 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.5<45213> failed : Software caused connection abort",
+        {"kind": events.NCCL_WARN, "level": "warning", "node": "node02", "pid": 405884, "detail": "misc/socket.cc:484"},
+    ),
+    ("graph/topo.h:230 NCCL WARN Could not find NET with id 0", {"kind": events.NCCL_WARN, "source": "nccl"}),
+)
+
+
 def annotate(df: pl.DataFrame) -> pl.DataFrame:
     """Claim NCCL lines (only rows that say "NCCL " are looked at)."""
     return on_rows_with(df, ("NCCL ",), _annotate)
@@ -49,18 +112,18 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
     lvl = n.struct.field("lvl")
     kind = (
         pl.when(body.str.contains(_VERSION))
-        .then(pl.lit("nccl_version"))
+        .then(pl.lit(events.NCCL_VERSION))
         .when(body.str.contains(_INIT))
-        .then(pl.lit("nccl_init"))
+        .then(pl.lit(events.NCCL_INIT))
         .when(body.str.contains(_BOOTSTRAP_IF) | body.str.contains(_NET_IF))
-        .then(pl.lit("nccl_net"))
+        .then(pl.lit(events.NCCL_NET))
         .when(body.str.contains(_ENV))
-        .then(pl.lit("nccl_env"))
+        .then(pl.lit(events.NCCL_ENV))
         .when(body.str.contains(_UNWIND))
-        .then(pl.lit("nccl_unwind"))
+        .then(pl.lit(events.NCCL_UNWIND))
         .when(lvl == "WARN")
-        .then(pl.lit("nccl_warn"))
-        .otherwise(pl.lit("nccl_info"))
+        .then(pl.lit(events.NCCL_WARN))
+        .otherwise(pl.lit(events.NCCL_INFO))
     )
     src = n.struct.field("src")
     # NCCL_DEBUG=VERSION (and WARN since 2.x) prints the version alone on a line, no host prefix
@@ -69,7 +132,7 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
         df,
         ~is_nccl & bare.struct.field("v").is_not_null(),
         {
-            "kind": pl.lit("nccl_version"),
+            "kind": pl.lit(events.NCCL_VERSION),
             "source": pl.lit("nccl"),
             "level": pl.lit("info"),
             "version": bare.struct.field("v"),
@@ -109,7 +172,30 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
             "msg": body,
         },
     )
-    return df.drop("_n")
+    return _fields(df.drop("_n"))
+
+
+#: The interface and address of a "Using" line: ``Bootstrap : Using eth0:10.0.0.12<0>``,
+#: ``NET/Socket : Using [0]eth0:10.0.0.12<0> [1]...``, an IPv6 address too (``eth0:fe80::1%eth0<0>``).
+_USING = r"Using (?:\[\d+\])?([\w.-]+):([0-9a-fA-F.:%\w-]+?)<"
+
+
+def _fields(df: pl.DataFrame) -> pl.DataFrame:
+    """Per kind, the fields later stages compare across processes: an NCCL setting's name and value,
+    the CUDA version of NCCL's build, the layer, interface and address of a "Using" line."""
+    msg, kind = pl.col("msg"), pl.col("kind")
+    env = kind == events.NCCL_ENV
+    net = kind == events.NCCL_NET
+    return df.with_columns(
+        pl.when(env).then(field(msg, _ENV, 1)).alias("env_name"),
+        pl.when(env).then(field(msg, _ENV, 2)).alias("env_value"),
+        pl.when(kind == events.NCCL_VERSION).then(field(msg, r"\+cuda([\d.]+)", 1)).alias("cuda_version"),
+        pl.when(net)
+        .then(pl.when(msg.str.contains("Bootstrap", literal=True)).then(pl.lit("Bootstrap")).otherwise(pl.lit("NET/Socket")))
+        .alias("net_layer"),
+        pl.when(net).then(field(msg, _USING, 1)).alias("net_interface"),
+        pl.when(net).then(field(msg, _USING, 2)).alias("net_address"),
+    )
 
 
 def attribute_ranks(df: pl.DataFrame) -> pl.DataFrame:
@@ -119,7 +205,7 @@ def attribute_ranks(df: pl.DataFrame) -> pl.DataFrame:
     default process group, initialised first) is the global rank.
     """
     ids = (
-        df.filter((pl.col("kind") == "nccl_init") & pl.col("node").is_not_null() & pl.col("pid").is_not_null())
+        df.filter((pl.col("kind") == events.NCCL_INIT) & pl.col("node").is_not_null() & pl.col("pid").is_not_null())
         .sort("file", "line")
         .group_by("node", "pid", maintain_order=True)
         .agg(pl.col("rank").first().alias("_rank"), pl.col("nranks").max().alias("_nranks"))

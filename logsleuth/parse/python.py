@@ -15,7 +15,9 @@ import re
 
 import polars as pl
 
-from .common import claim, on_rows_with, streams_with
+from logsleuth import events
+
+from .common import Example, claim, on_rows_with, streams_with
 
 HEADER = "Traceback (most recent call last):"
 #: A frame; ``traceback`` indents it by two, pastes that lost the indentation (a quote block
@@ -71,6 +73,72 @@ _FOREIGN = r"NCCL (?:INFO|WARN)|^(?:slurmstepd|srun)[\w.-]*: "
 
 #: A header the paste cut short (``[rank4]: Traceback (most recent call l``), after any glued text.
 _CUT_HEADER = r"(?:^|[^:\s]\s*)(Traceback \(most(?: .*?)?)\s*$"
+
+
+#: Literals one of which is in every line this module reads: a traceback's header, frames and chain
+#: markers, and the endings of exception class names (_EXC_NAME). The ingest prefilter keeps the
+#: lines that hold one.
+TRIGGERS = (
+    "Traceback",
+    'File "',
+    'File \\"',  # a traceback escaped into one line (torchelastic's error file)
+    "During handling",
+    "The above exception",
+    "Error",
+    "xception",
+    "Exit",
+    "Interrupt",
+    "Warning",
+    "Failure",
+    "Timeout",
+    "Iteration",
+    "Abort",
+    "Fault",
+    "Empty",
+)
+
+KINDS = (events.TRACEBACK, events.EXCEPTION)
+
+EXAMPLES: tuple[Example, ...] = (
+    (
+        "Traceback (most recent call last):\n"
+        '  File "/w/train.py", line 42, in step\n'
+        "    loss = model(batch)\n"
+        '  File "/usr/lib/python3.10/site-packages/torch/nn/modules/module.py", line 1501, in _call_impl\n'
+        "    return forward_call(*args, **kwargs)\n"
+        "ValueError: could not convert label 'n/a' to float",
+        {
+            "kind": events.TRACEBACK,
+            "exc_type": "ValueError",
+            "frame": "/w/train.py:42 in step",
+            "level": "error",
+            "message": "ValueError: could not convert label 'n/a' to float",
+        },
+    ),
+    (
+        'Traceback (most recent call last):\n  File "/w/train.py", line 7, in <module>\n    main()\nKeyboardInterrupt',
+        {"kind": events.TRACEBACK, "exc_type": "KeyboardInterrupt"},
+    ),
+    (
+        'Traceback (most recent call last):\n  File "/w/loader.py", line 9, in get\n    item = q.get(timeout=5)\n_queue.Empty',
+        {"kind": events.TRACEBACK, "exc_type": "_queue.Empty"},
+    ),
+    (
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
+        {"kind": events.EXCEPTION, "exc_type": "torch.distributed.DistBackendError", "rank": 1, "source": "python"},
+    ),
+    ("UserWarning: this DataLoader will create 8 worker processes", {"kind": events.EXCEPTION, "level": "warning"}),
+    ("StopIteration", {"kind": events.EXCEPTION, "exc_type": "StopIteration"}),
+    (
+        '    "message": "RuntimeError: Permission denied",',
+        {"kind": events.EXCEPTION, "source": "launcher", "exc_type": "RuntimeError", "message": "RuntimeError: Permission denied"},
+    ),
+    (
+        '{"message": {"message": "RuntimeError: x", "extraInfo": {"py_callstack": "Traceback (most recent call last):\\n  '
+        'File \\"/w/train.py\\", line 3, in f\\n    g()\\nRuntimeError: x\\n"}}}',
+        {"kind": events.TRACEBACK, "exc_type": "RuntimeError", "frame": "/w/train.py:3 in f"},
+    ),
+)
 
 
 def _complete_cut_header(df: pl.DataFrame) -> pl.DataFrame:
@@ -164,7 +232,7 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     prev_type = exc_type.shift(1).over("stream", order_by="_tb")
     prev_chained = pl.col("_chained_next").shift(1).over("stream", order_by="_tb").fill_null(False)
     last_frame = _where(pl.col("_last_frame"))
-    events = tbs.select(
+    folded = tbs.select(
         "file",
         pl.coalesce("_close_line", "block_start").alias("line"),
         "block_start",
@@ -187,12 +255,12 @@ def _fold(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             ]
         ).alias("detail"),
         _where(pl.col("_user_frame")).alias("frame"),
-        pl.lit("traceback").alias("kind"),
+        pl.lit(events.TRACEBACK).alias("kind"),
         pl.lit("python").alias("source"),
         pl.lit("error").alias("level"),
     )
     rest = t.filter(~pl.col("_used")).drop("_hdr", "_frame", "_chain", "_ray", "_tb", "_n", "_close", "_used")
-    return rest, events
+    return rest, folded
 
 
 #: A traceback inside one line, its newlines and quotes escaped: the ``py_callstack`` of torchelastic's
@@ -242,7 +310,7 @@ def _escaped_traceback(df: pl.DataFrame) -> pl.DataFrame:
         df,
         msg.str.contains(_ESCAPED_TRACEBACK),
         {
-            "kind": pl.lit("traceback"),
+            "kind": pl.lit(events.TRACEBACK),
             "source": pl.lit("python"),
             "level": pl.lit("error"),
             "exc_type": exc.str.extract(_ESCAPED_EXCEPTION, 1),
@@ -268,7 +336,7 @@ def _annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
         df,
         inner.str.contains(EXCEPTION),
         {
-            "kind": pl.lit("exception"),
+            "kind": pl.lit(events.EXCEPTION),
             "source": pl.lit("launcher"),
             "level": pl.lit("error"),
             "exc_type": inner.str.extract(EXCEPTION, 1),
@@ -281,7 +349,7 @@ def _annotate_exceptions(df: pl.DataFrame) -> pl.DataFrame:
     return claim(
         df,
         msg.str.contains(EXCEPTION),
-        {"kind": pl.lit("exception"), "source": pl.lit("python"), "level": level, "exc_type": exc_type},
+        {"kind": pl.lit(events.EXCEPTION), "source": pl.lit("python"), "level": level, "exc_type": exc_type},
     )
 
 

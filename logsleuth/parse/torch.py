@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from .common import claim, field, integer, on_rows_with, short_host, signal_name, streams_with
+from logsleuth import events
+
+from .common import Example, claim, field, integer, on_rows_with, short_host, signal_name, streams_with
 
 _WORK = r"Work(?:NCCL|Gloo|UCC)?\("
 _RANK_HINT = r"\[(?:PG [^\]]*?)?Rank (\d+)\]|communicator was aborted on rank (\d+)"
@@ -29,16 +31,17 @@ _CFE_FIELD = r"^\s{1,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)
 _CFE_SECTION = r"^\s*(Root Cause \(first observed failure\)|Failures):\s*$"
 
 
-#: Literals of the lines annotate() claims, and of the fields enrich() reads.
+#: Literals one of which is in every line this module claims or folds: the ingest prefilter keeps the
+#: lines that hold one.
 TRIGGERS = (
-    "GLOBAL_RANK",
-    "Discovered ",
-    "Rank of current process",
-    "init",
+    "GLOBAL_RANK",  # process-group membership lines: Lightning's
+    "Discovered ",  # ... DeepSpeed's
+    "Rank of current process",  # ... detectron2's
+    "init",  # ... and a script's own "Distributed init: rank 0/2"
     "Init",
-    "what()",
+    "what():",
     "Watchdog caught",
-    "Work",
+    "Timeout(ms)",  # a watchdog timeout's Work(...) pasted without its first words
     "Timed out waiting",
     "exitcode",
     "closing signal",
@@ -46,6 +49,108 @@ TRIGGERS = (
     "terminate called",
     "Exception raised from",
     "frame #0: c10",
+    # torchrun's ChildFailedError table (fold_failure_tables)
+    "Failures:",
+    "Root Cause",
+    "time      :",
+    "host      :",
+    "rank      :",
+    "error_file:",
+    "traceback :",
+)
+#: What annotate() looks at: rows with one of these literals (cheaper than its patterns on every row).
+_LOOK_AT = (*TRIGGERS, "what()", "Work")
+
+KINDS = (
+    events.DIST_MEMBER,
+    events.WATCHDOG_TIMEOUT,
+    events.GLOO_TIMEOUT,
+    events.AGENT_WORKER_FAILED,
+    events.AGENT_TEARDOWN,
+    events.AGENT_SIGNAL,
+    events.CPP_TERMINATE,
+    events.CPP_WHAT,
+    events.CPP_STACK,
+    events.CHILD_FAILED,
+)
+
+EXAMPLES: tuple[Example, ...] = (
+    ("initializing ddp: GLOBAL_RANK: 2, MEMBER: 3/8", {"kind": events.DIST_MEMBER, "rank": 2, "nranks": 8}),
+    ("Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/4", {"kind": events.DIST_MEMBER, "rank": 1, "nranks": 4}),
+    (
+        "[2024-01-01 00:00:00,000] [INFO] [comm.py:637:mpi_discovery] Discovered MPI settings of world_rank=3, local_rank=3, world_size=4",
+        {"kind": events.DIST_MEMBER, "rank": 3, "nranks": 4},
+    ),
+    ("Rank of current process: 5. World size: 8", {"kind": events.DIST_MEMBER, "rank": 5, "nranks": 8}),
+    ("Distributed init: rank 0/2", {"kind": events.DIST_MEMBER, "rank": 0, "nranks": 2}),
+    (
+        "[rank0]:[E1122 04:47:08.123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600021 milliseconds before timing out.",
+        {
+            "kind": events.WATCHDOG_TIMEOUT,
+            "rank": 0,
+            "seq": 5,
+            "op": "ALLREDUCE",
+            "timeout_ms": 600000,
+            "elapsed_ms": 600021,
+            "level": "error",
+        },
+    ),
+    (
+        "WorkNCCL(SeqNum=9, OpType=BROADCAST, NumelIn=4, NumelOut=4, Timeout(ms)=1800000) ran for 1800427 milliseconds before timing out.",
+        {"kind": events.WATCHDOG_TIMEOUT, "seq": 9, "op": "BROADCAST"},
+    ),
+    (
+        "[E socket.cpp:922] Timed out waiting 30000ms for send operation to complete",
+        {"kind": events.GLOO_TIMEOUT, "timeout_ms": 30000, "op": "send"},
+    ),
+    (
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 2345) of binary: /usr/bin/python3",
+        {"kind": events.AGENT_WORKER_FAILED, "exit_code": -9, "signal": "SIGKILL", "local_rank": 1, "pid": 2345, "source": "launcher"},
+    ),
+    (
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 2346 closing signal SIGTERM",
+        {"kind": events.AGENT_TEARDOWN, "pid": 2346, "signal": "SIGTERM"},
+    ),
+    (
+        "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers",
+        {"kind": events.AGENT_SIGNAL, "signal": "SIGTERM"},
+    ),
+    (
+        "terminate called after throwing an instance of 'c10::DistBackendError'\n  what():  [PG 0 Rank 1] Process group watchdog thread terminated with exception",
+        {"kind": events.CPP_WHAT, "exc_type": "c10::DistBackendError", "rank": 1, "level": "fatal"},
+    ),
+    (
+        "terminate called after throwing an instance of 'std::runtime_error'",
+        {"kind": events.CPP_TERMINATE, "exc_type": "std::runtime_error", "level": "fatal"},
+    ),
+    (
+        "Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:565 (most recent call first):",
+        {"kind": events.CPP_STACK, "detail": "checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:565"},
+    ),
+    (
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f2c in /usr/lib/libc10.so)",
+        {"kind": events.CPP_STACK, "detail": "c10::Error::Error"},
+    ),
+    (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "============================================================\n"
+        "train.py FAILED\n"
+        "------------------------------------------------------------\n"
+        "Failures:\n"
+        "  <NO_OTHER_FAILURES>\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  time      : 2026-11-22_04:47:08\n"
+        "  host      : node01.cluster.local\n"
+        "  rank      : 2 (local_rank: 2)\n"
+        "  exitcode  : 1 (pid: 4242)\n"
+        "  error_file: <N/A>\n"
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+        "============================================================",
+        {"kind": events.CHILD_FAILED, "rank": 2, "local_rank": 2, "node": "node01", "pid": 4242, "exit_code": 1, "detail": "root_cause"},
+    ),
 )
 ENRICH_TRIGGERS = ("Work", "Rank ", "on rank ")
 
@@ -68,7 +173,8 @@ def _enrich(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
         pl.coalesce(pl.col("rank"), rank_hint).alias("rank"),
         fill("seq", integer(msg, r"SeqNum=(\d+)")),
-        fill("op", field(msg, r"OpType=(\w+)")),
+        # a line cut short ("OpType=ALLR") names no operation
+        fill("op", field(msg, r"OpType=(\w+)[,)]")),
         fill("numel", integer(msg, r"NumelIn=(\d+)")),
         fill("timeout_ms", integer(msg, r"Timeout\(ms\)=(\d+)")),
         fill("elapsed_ms", integer(msg, r"ran for (\d+) milliseconds")),
@@ -77,7 +183,7 @@ def _enrich(df: pl.DataFrame) -> pl.DataFrame:
 
 def annotate(df: pl.DataFrame) -> pl.DataFrame:
     """Claim single-line PyTorch and torchrun events (rows with a trigger only)."""
-    return on_rows_with(df, TRIGGERS, _annotate)
+    return on_rows_with(df, _LOOK_AT, _annotate)
 
 
 #: Lines in which a process says which global rank of how large a world it is, once as it joins
@@ -111,7 +217,7 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
         df,
         msg.str.contains(_MEMBER),
         {
-            "kind": pl.lit("dist_member"),
+            "kind": pl.lit(events.DIST_MEMBER),
             "source": pl.lit("torch"),
             "level": pl.lit("info"),
             "rank": _declared(msg, 1).cast(pl.Int32),
@@ -125,13 +231,13 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
         # "Watchdog caught collective operation timeout" (the only wording; a paste may cut it short)
         msg.str.contains("Watchdog caught collective", literal=True)
         | (msg.str.contains(_WORK) & msg.str.contains(r"ran for \d+ milliseconds")),
-        {"kind": pl.lit("watchdog_timeout"), "source": pl.lit("torch"), "level": pl.lit("error")},
+        {"kind": pl.lit(events.WATCHDOG_TIMEOUT), "source": pl.lit("torch"), "level": pl.lit("error")},
     )
     df = claim(
         df,
         msg.str.contains(_GLOO_TIMEOUT),
         {
-            "kind": pl.lit("gloo_timeout"),
+            "kind": pl.lit(events.GLOO_TIMEOUT),
             "source": pl.lit("torch"),
             "level": pl.lit("error"),
             "timeout_ms": integer(msg, _GLOO_TIMEOUT),
@@ -143,7 +249,7 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
         df,
         msg.str.contains(_AGENT_FAILED),
         {
-            "kind": pl.lit("agent_worker_failed"),
+            "kind": pl.lit(events.AGENT_WORKER_FAILED),
             "source": pl.lit("launcher"),
             "level": pl.lit("error"),
             "exit_code": code.cast(pl.Int32, strict=False),
@@ -156,7 +262,7 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
         df,
         msg.str.contains(_CLOSING),
         {
-            "kind": pl.lit("agent_teardown"),
+            "kind": pl.lit(events.AGENT_TEARDOWN),
             "source": pl.lit("launcher"),
             "level": pl.lit("warning"),
             "pid": integer(msg, _CLOSING, 1),
@@ -168,7 +274,7 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
         df,
         msg.str.contains(_DEATH),
         {
-            "kind": pl.lit("agent_signal"),
+            "kind": pl.lit(events.AGENT_SIGNAL),
             "source": pl.lit("launcher"),
             "level": pl.lit("error"),
             "signal": pl.when(death.str.starts_with("SIG")).then(death).otherwise(signal_name(death)),
@@ -177,14 +283,14 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
     df = claim(
         df,
         msg.str.contains(_TERMINATE),
-        {"kind": pl.lit("cpp_terminate"), "source": pl.lit("torch"), "level": pl.lit("fatal"), "exc_type": field(msg, _TERMINATE)},
+        {"kind": pl.lit(events.CPP_TERMINATE), "source": pl.lit("torch"), "level": pl.lit("fatal"), "exc_type": field(msg, _TERMINATE)},
     )
-    df = claim(df, pl.col("_what"), {"kind": pl.lit("cpp_what"), "source": pl.lit("torch"), "level": pl.lit("fatal")})
+    df = claim(df, pl.col("_what"), {"kind": pl.lit(events.CPP_WHAT), "source": pl.lit("torch"), "level": pl.lit("fatal")})
     df = claim(
         df,
         msg.str.contains(_RAISED_FROM) | msg.str.contains(_THROW_FRAME),
         {
-            "kind": pl.lit("cpp_stack"),
+            "kind": pl.lit(events.CPP_STACK),
             "source": pl.lit("torch"),
             "level": pl.lit("error"),
             "detail": pl.coalesce(
@@ -200,7 +306,7 @@ def _attach_what(df: pl.DataFrame) -> pl.DataFrame:
     prev_kind = pl.col("kind").shift(1).over("stream", order_by="line")
     prev_type = pl.col("exc_type").shift(1).over("stream", order_by="line")
     return df.with_columns(
-        pl.when(pl.col("_what") & (prev_kind == "cpp_terminate")).then(prev_type).otherwise(pl.col("exc_type")).alias("exc_type")
+        pl.when(pl.col("_what") & (prev_kind == events.CPP_TERMINATE)).then(prev_type).otherwise(pl.col("exc_type")).alias("exc_type")
     )
 
 
@@ -267,7 +373,7 @@ def _fold_tables(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.when(code.str.starts_with("-")).then(signal_name(code)),
     )
     detail = pl.when(pl.col("section").str.starts_with("Root")).then(pl.lit("root_cause")).otherwise(pl.lit("failure"))
-    events = entries.select(
+    folded = entries.select(
         "file",
         pl.coalesce("line", "block_start").alias("line"),
         "block_start",
@@ -297,9 +403,9 @@ def _fold_tables(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                 .fill_null(""),
             ]
         ).alias("msg"),
-        pl.lit("child_failed").alias("kind"),
+        pl.lit(events.CHILD_FAILED).alias("kind"),
         pl.lit("launcher").alias("source"),
         pl.lit("error").alias("level"),
     )
     rest = t.filter(~pl.col("_member")).drop("_sec", "_key", "_val", "_seg", "_segsec", "_entry", "_member")
-    return rest, events
+    return rest, folded

@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from .identity import rank_table, resolve_identity
+from logsleuth.parse.identity import rank_table, resolve_identity
+
 from .verdict import EVIDENCE_LIMIT, IS_FAILURE, STRONG, Candidate, RankState, Reasoning, Suspect, failure_signals, reason
 
 __all__ = [

@@ -13,14 +13,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from logsleuth.events import matching
+from logsleuth.events import DIST_MEMBER, NCCL_ENV, NCCL_INIT, NCCL_NET, NCCL_VERSION, numbered
 
-_ADDR = r"Using (?:\[\d+\])?([\w.-]+):([0-9a-fA-F.:%\w-]+?)<"
 _BAD_IFACE = r"^(?:docker\d*|virbr\d*|lo|veth\w*|br-\w+|cni\d*|podman\d*|flannel\S*|tailscale\d*)$"
 _BAD_ADDR = r"^(?:172\.17\.|127\.|169\.254\.|::1$|fe80:)"
-_LOOPBACK_FALLBACK = "Using the loopback address as fallback"
-#: NCCL's socket layer giving up (misc/socket.cc returning an error, a refused or unroutable connect).
-_SOCKET_FAILED = r"socket\.cc:\d+ -> [1-9]|(?i:connection refused|no route to host|network is unreachable|connect(?:ion)? timed out)"
 _IFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET")
 
 
@@ -41,24 +37,18 @@ class Finding:
 
 def check(events: pl.DataFrame) -> list[Finding]:
     """Every disagreement found in ``events`` (identities already resolved)."""
-    ev = events.with_row_index("eid").with_columns(
+    ev = numbered(events).with_columns(
         pl.coalesce(pl.col("node"), pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String)]), pl.col("file")).alias("unit")
     )
     multi_node = ev.get_column("node").drop_nulls().filter(~ev.get_column("node").drop_nulls().str.contains(r"[\[,]")).n_unique() > 1
-    msg = pl.col("message")
     out: list[Finding] = []
-    versions = ev.filter(pl.col("kind") == "nccl_version")
+    versions = ev.filter(pl.col("kind") == NCCL_VERSION)
     out += _disagree(versions.with_columns(pl.col("version").alias("value")), "NCCL version", "version_mismatch", 0.75)
     out += _disagree(
-        versions.with_columns(msg.str.extract(r"\+cuda([\d.]+)", 1).alias("value")),
-        "CUDA version of the NCCL build",
-        "version_mismatch",
-        0.7,
+        versions.with_columns(pl.col("cuda_version").alias("value")), "CUDA version of the NCCL build", "version_mismatch", 0.7
     )
     out += _disagree(
-        ev.filter(matching(ev, pattern=r"cudaDriverVersion \d+")).with_columns(
-            msg.str.extract(r"cudaDriverVersion (\d+)", 1).alias("value")
-        ),
+        ev.filter(pl.col("driver_version").is_not_null()).with_columns(pl.col("driver_version").alias("value")),
         "CUDA driver version",
         "version_mismatch",
         0.6,
@@ -135,7 +125,7 @@ def _membership(ev: pl.DataFrame) -> list[Finding]:
     restart, not a collision.) Fewer members than the world at the end of the log: the rest
     never started (a multi-node job launched without srun) or never reached the group, and the
     joined ones wait forever."""
-    joins = ev.filter((pl.col("kind") == "dist_member") & pl.col("rank").is_not_null() & pl.col("nranks").is_not_null())
+    joins = ev.filter((pl.col("kind") == DIST_MEMBER) & pl.col("rank").is_not_null() & pl.col("nranks").is_not_null())
     if joins.is_empty():
         return []
     out: list[Finding] = []
@@ -178,29 +168,21 @@ def _membership(ev: pl.DataFrame) -> list[Finding]:
     return out
 
 
-_MISMATCH_WARN = r"Mismatched NCCL version detected : rank (\d+) version (\d+) rank (\d+) version (\d+)"
-
-
 def _nccl_says_mismatch(ev: pl.DataFrame) -> list[Finding]:
     """NCCL >= 2.23 compares versions itself: ``rank 8 version 22703 rank 3 version 22602``.
 
     Every rank that sees a different peer names one; the version fewer ranks
     run is the odd one, and the ranks that run it are named by the others.
     """
-    msg = pl.col("message")
-    warns = ev.filter(matching(ev, pattern=_MISMATCH_WARN))
+    warns = ev.filter(pl.col("mismatch_rank").is_not_null())
     if warns.is_empty():
         return []
-    pairs = (
-        pl.concat(
-            [
-                warns.select(msg.str.extract(_MISMATCH_WARN, 1).alias("r"), msg.str.extract(_MISMATCH_WARN, 2).alias("v")),
-                warns.select(msg.str.extract(_MISMATCH_WARN, 3).alias("r"), msg.str.extract(_MISMATCH_WARN, 4).alias("v")),
-            ]
-        )
-        .with_columns(pl.col("r").cast(pl.Int64))
-        .unique()
-    )
+    pairs = pl.concat(
+        [
+            warns.select(pl.col("mismatch_rank").alias("r"), pl.col("mismatch_version").alias("v")),
+            warns.select(pl.col("mismatch_peer_rank").alias("r"), pl.col("mismatch_peer_version").alias("v")),
+        ]
+    ).unique()
     # fewest ranks first; on a tie, the side without rank 0 (the job's reference) is the odd one
     by_version = (
         pairs.group_by("v")
@@ -277,19 +259,16 @@ def _names(items: list[str], limit: int = 6) -> str:
 def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
     """Interfaces NCCL/Gloo chose: suspicious ones, and the odd ones out across nodes."""
     msg = pl.col("message")
-    net = ev.filter(pl.col("kind") == "nccl_net").with_columns(
-        msg.str.extract(_ADDR, 1).alias("iface"),
-        msg.str.extract(_ADDR, 2).alias("addr"),
-        pl.when(msg.str.contains("Bootstrap")).then(pl.lit("Bootstrap")).otherwise(pl.lit("NET/Socket")).alias("layer"),
+    net = ev.filter(pl.col("kind") == NCCL_NET).with_columns(
+        pl.col("net_interface").alias("iface"), pl.col("net_address").alias("addr"), pl.col("net_layer").alias("layer")
     )
     out: list[Finding] = []
     # one node's log of a job that spans nodes: its sockets failing says so (a one-node job
     # reaches its own docker0 or loopback address, so such an address alone is no fault there)
-    nccl = ev.filter(pl.col("source") == "nccl")
-    sockets_failed = not multi_node and bool(matching(nccl, pattern=_SOCKET_FAILED).any())
+    sockets_failed = not multi_node and bool(ev.select(pl.col("socket_failed").fill_null(False).any()).item())
     if not multi_node and not sockets_failed:
         return out
-    failures = ev.filter(pl.col("level").is_in(["error", "fatal", "warning"]) & (pl.col("kind") != "nccl_net"))
+    failures = ev.filter(pl.col("level").is_in(["error", "fatal", "warning"]) & (pl.col("kind") != NCCL_NET))
     bad = net.filter(pl.col("iface").str.contains(_BAD_IFACE).fill_null(False) | pl.col("addr").str.contains(_BAD_ADDR).fill_null(False))
     if not bad.is_empty():
         nodes, ranks = _units_ranks(bad)
@@ -325,7 +304,7 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
                 break
             if out:
                 break
-    fallback = ev.filter(matching(ev, pattern=_LOOPBACK_FALLBACK))
+    fallback = ev.filter(pl.col("loopback_fallback").fill_null(False))
     if not fallback.is_empty() and not out:
         nodes, ranks = _units_ranks(fallback)
         out.append(
@@ -344,9 +323,8 @@ def _interfaces(ev: pl.DataFrame, multi_node: bool) -> list[Finding]:
 
 def _env(ev: pl.DataFrame) -> list[Finding]:
     """NCCL_* settings that differ across nodes, or are set on some nodes only."""
-    env = ev.filter((pl.col("kind") == "nccl_env") & pl.col("detail").str.contains("=")).with_columns(
-        pl.col("detail").str.extract(r"^(\w+)=", 1).alias("var"),
-        pl.col("detail").str.extract(r"=(.*)$", 1).str.strip_chars_end(".").alias("value"),
+    env = ev.filter((pl.col("kind") == NCCL_ENV) & pl.col("env_name").is_not_null()).with_columns(
+        pl.col("env_name").alias("var"), pl.col("env_value").str.strip_chars_end(".").alias("value")
     )
     if env.is_empty():
         return []
@@ -368,7 +346,7 @@ def _env(ev: pl.DataFrame) -> list[Finding]:
 def _world(ev: pl.DataFrame) -> list[Finding]:
     """The world size each process's first communicator reports should be the same everywhere."""
     first = (
-        ev.filter((pl.col("kind") == "nccl_init") & pl.col("nranks").is_not_null())
+        ev.filter((pl.col("kind") == NCCL_INIT) & pl.col("nranks").is_not_null())
         .sort("eid")
         .unique(["node", "pid", "file"], keep="first")
         .with_columns(pl.col("nranks").cast(pl.String).alias("value"))

@@ -18,25 +18,15 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from logsleuth.events import matching
+from logsleuth.events import GLOO_TIMEOUT, WATCHDOG_TIMEOUT
 
-_PG = r"\[PG (?:ID )?(\d+)"
-_STATUS = (
-    r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work):? (\d+),? (?:PG status: )?"
-    r"last enqueued (?:NCCL )?work: (-?\d+), last completed (?:NCCL )?work: (-?\d+)"
-)
-_DUMP = r"Received a dump signal due to a collective timeout from (this local rank|\s*rank (-?\d+))"
-_DUMP_STATUS = r"Last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?\d+)"
-_FIRST = r"First PG on this rank to signal dumping"
-#: Gloo's monitored_barrier names the ranks that did not arrive.
-_MISSED_BARRIER = r"Rank (\d+) failed to pass monitoredBarrier"
-#: A store wait that timed out lists the keys it waited for; per-rank keys end in the rank
-#: (gloo's full-mesh rendezvous: ``keys: /default_pg/0//cpu//0/3``).
-_STORE_WAIT = r"wait timeout after \d+ ?ms, keys: (.+)$"
 #: Gloo's own timeout (also inside a traceback's exception line) and monitored_barrier's.
 #: Causes whose lines say "I waited for the others and gave up": the rank that never came is the culprit.
 WAITING = ("collective_timeout", "rendezvous_timeout")
-_GLOO = r"Timed out waiting \d+ms for (?:recv|send) operation|failed to pass monitoredBarrier|timed out in monitoredBarrier"
+#: Lines in which a rank says it gave up waiting for others (parse.fields reads what for).
+IS_WAIT = pl.col("wait").is_not_null()
+#: ... on the rendezvous store (the process group never formed), not on a collective.
+IS_STORE_WAIT = pl.col("waited_ranks").is_not_null()
 
 
 @dataclass
@@ -88,31 +78,19 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[i
     incomplete than the job mostly hung: only silent ranks the launcher had to
     stop, or on the node of a rank shown behind, are called hung then.
     """
-    msg = pl.col("message")
     ranked = ev.filter(pl.col("rank").is_not_null())
-    pg_of = msg.str.extract(_PG, 1)
-    # a line cut short ("OpType=ALLR") names no operation
-    wd = ranked.filter(pl.col("kind") == "watchdog_timeout").with_columns(
-        pg_of.alias("pg"), pl.when(msg.str.contains(r"OpType=\w+[,)]")).then(pl.col("op")).alias("op")
-    )
+    wd = ranked.filter(pl.col("kind") == WATCHDOG_TIMEOUT)
     # ranks that waited for others and gave up: collective timeouts, and store/rendezvous waits
     timeout_hit = pl.col("category").is_in(WAITING).fill_null(False) if "category" in ev.columns else pl.lit(False)
     gloo = ranked.filter(
-        (pl.col("kind") != "watchdog_timeout") & ((pl.col("kind") == "gloo_timeout") | msg.str.contains(_GLOO) | timeout_hit)
+        (pl.col("kind") != WATCHDOG_TIMEOUT)
+        & ((pl.col("kind") == GLOO_TIMEOUT) | (pl.col("wait") == "collective").fill_null(False) | timeout_hit)
     )
-    status = ranked.filter(msg.str.contains(_STATUS)).select(
-        "rank",
-        pg_of.alias("pg"),
-        msg.str.extract(_STATUS, 1).cast(pl.Int64).alias("at"),
-        msg.str.extract(_STATUS, 2).cast(pl.Int64).alias("enq"),
+    status = ranked.filter(pl.col("watchdog_at").is_not_null()).select(
+        "rank", "pg", pl.col("watchdog_at").alias("at"), pl.col("last_enqueued").alias("enq")
     )
-    dump = ranked.filter(msg.str.contains(_DUMP)).select(
-        "rank",
-        "pos",
-        pg_of.alias("pg"),
-        (msg.str.extract(_DUMP, 1) == "this local rank").alias("self"),
-        msg.str.extract(_DUMP, 2).cast(pl.Int64).alias("from"),
-        msg.str.extract(_DUMP_STATUS, 1).cast(pl.Int64).alias("enq"),
+    dump = ranked.filter(pl.col("dump_self").is_not_null()).select(
+        "rank", "pos", "pg", pl.col("dump_self").alias("self"), pl.col("dump_from").alias("from"), pl.col("last_enqueued").alias("enq")
     )
     named = _named_missing(ev)
     if wd.is_empty() and gloo.is_empty() and status.is_empty() and dump.is_empty() and not named:
@@ -156,7 +134,7 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[i
         quiet &= (stopped or set()) | on_nodes
     hung = sorted((set(behind) | quiet | named) - failing - (timed_out - named))
     fired = set(dump.filter(pl.col("self")).get_column("rank").to_list())
-    fired |= set(ranked.filter(msg.str.contains(_FIRST)).get_column("rank").to_list())
+    fired |= set(ranked.filter(pl.col("dump_first").fill_null(False)).get_column("rank").to_list())
     fired |= {int(r) for r in dump.get_column("from").drop_nulls().to_list() if r >= 0}
     notified = sorted(set(dump.filter(~pl.col("self")).get_column("rank").to_list()) - fired)
     timeouts = pl.concat([here.select("eid", "pos", "rank"), gloo.select("eid", "pos", "rank")]).sort("pos")
@@ -181,26 +159,13 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[i
     )
 
 
-def is_wait(message: pl.Expr) -> pl.Expr:
-    """Lines in which a rank says it gave up waiting for others."""
-    return message.str.contains(f"{_GLOO}|{_STORE_WAIT}|{_MISSED_BARRIER}|Watchdog caught collective operation timeout").fill_null(False)
-
-
-def is_store_wait(message: pl.Expr) -> pl.Expr:
-    """A wait on the rendezvous store (the process group never formed), not on a collective."""
-    return message.str.contains(_STORE_WAIT).fill_null(False)
-
-
 def _named_missing(ev: pl.DataFrame) -> set[int]:
     """Ranks other ranks name as missing: monitored_barrier's report, and the per-rank store
     keys a timed-out wait was still waiting for (agreed on by every waiter that lists keys)."""
-    msg = pl.col("message")
-    barrier = ev.filter(matching(ev, pattern=_MISSED_BARRIER)).select(msg.str.extract_all(r"Rank (\d+) failed").alias("m")).explode("m")
-    named = {int(r) for r in barrier.get_column("m").str.extract(r"(\d+)", 1).cast(pl.Int64).drop_nulls().to_list()}
-    waits = ev.filter(matching(ev, pattern=_STORE_WAIT)).select(msg.str.extract(_STORE_WAIT, 1).alias("keys"))
-    if waits.height:
-        per_wait = waits.get_column("keys").str.split(", ").list.eval(pl.element().str.extract(r"/(\d+)$", 1).cast(pl.Int64))
-        sets = [frozenset(x for x in keys if x is not None) for keys in per_wait.to_list()]  # one per wait line: few
+    named = {int(r) for r in ev.get_column("missing_rank").drop_nulls().to_list()}
+    per_wait = ev.get_column("waited_ranks").drop_nulls()
+    if per_wait.len():
+        sets = [frozenset(int(x) for x in keys.split(",") if x) for keys in per_wait.to_list()]  # one per wait line: few
         if sets and all(sets) and len(set(sets)) == 1:
             named |= set(sets[0])
     return named
@@ -248,22 +213,14 @@ def _short(ranks: list[int], limit: int = 8) -> str:
     return text + (f",… ({len(ranks)})" if len(ranks) > limit else "")
 
 
-_FP_SELF = r"Rank (\d+) is running (?:inconsistent )?collective: (.+?)(?:, but Rank \d+ is running collective: |$)"
-_FP_PEER = r", but Rank (\d+) is running collective: (.+?)(?:\.?Collectives differ in the following aspects|$)"
-
-
 def fingerprints(ev: pl.DataFrame) -> tuple[list[int], str] | None:
     """With TORCH_DISTRIBUTED_DEBUG=DETAIL every rank reports its own collective and a peer's
     (``Rank 2 is running collective: CollectiveFingerPrint(...), but Rank 3 is running ...``).
     Ranks grouped by fingerprint: the smaller group is the odd one out. None without such lines."""
-    msg = pl.col("message")
-    lines = ev.filter(matching(ev, pattern="is running (?:inconsistent )?collective: "))
-    if lines.is_empty():
-        return None
     said = pl.concat(
         [
-            lines.select(msg.str.extract(_FP_SELF, 1).alias("who"), msg.str.extract(_FP_SELF, 2).alias("fp")),
-            lines.select(msg.str.extract(_FP_PEER, 1).alias("who"), msg.str.extract(_FP_PEER, 2).alias("fp")),
+            ev.select(pl.col("fp_rank").alias("who"), "fp"),
+            ev.select(pl.col("fp_peer_rank").alias("who"), pl.col("fp_peer").alias("fp")),
         ]
     ).drop_nulls()
     per_rank = said.with_columns(pl.col("who").cast(pl.Int64)).group_by("who").agg(pl.col("fp").mode().sort().first())

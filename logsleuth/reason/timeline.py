@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from logsleuth.events import NCCL_INIT, WATCHDOG_TIMEOUT, numbered
+
 #: Clock differences below this are left alone: anchors themselves are only this precise.
 MIN_OFFSET_S = 1.0
-_PG = r"\[PG (?:ID )?(\d+)"
-_COMM_ID = r"commId (0x[0-9a-fA-F]+)"
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Timeline:
 def build(events: pl.DataFrame, focus: pl.Series | None = None) -> Timeline:
     """Order ``events`` (eid = row index). ``focus`` (eids) are the events whose order
     matters for the verdict; how many of them carry a stamp decides ``ordering``."""
-    df = events.select("file", "line", "time", "kind", "message", "elapsed_ms", "seq", "op").with_row_index("eid")
+    df = numbered(events).select("eid", "file", "line", "time", "kind", "pg", "comm_id", "elapsed_ms", "seq", "op")
     if df.is_empty():
         empty = pl.DataFrame(schema={"eid": pl.UInt32(), "pos": pl.UInt32(), "t": pl.Datetime("us")})
         return Timeline(empty, "line-order", "no events")
@@ -54,17 +54,17 @@ def build(events: pl.DataFrame, focus: pl.Series | None = None) -> Timeline:
 
 def _anchors(df: pl.DataFrame) -> pl.DataFrame:
     """(file, key, value): instants that were the same on every rank, per file."""
-    wd = df.filter((pl.col("kind") == "watchdog_timeout") & pl.col("time").is_not_null() & pl.col("seq").is_not_null()).select(
+    wd = df.filter((pl.col("kind") == WATCHDOG_TIMEOUT) & pl.col("time").is_not_null() & pl.col("seq").is_not_null()).select(
         "file",
         pl.concat_str(
-            [pl.lit("wd"), pl.col("message").str.extract(_PG, 1).fill_null("0"), pl.col("seq").cast(pl.String), pl.col("op").fill_null("")],
+            [pl.lit("wd"), pl.col("pg").fill_null("0"), pl.col("seq").cast(pl.String), pl.col("op").fill_null("")],
             separator=":",
         ).alias("key"),
         (pl.col("time") - pl.duration(milliseconds=pl.col("elapsed_ms").fill_null(0))).alias("value"),
     )
-    init = df.filter((pl.col("kind") == "nccl_init") & pl.col("time").is_not_null()).select(
+    init = df.filter((pl.col("kind") == NCCL_INIT) & pl.col("time").is_not_null()).select(
         "file",
-        pl.concat_str([pl.lit("init"), pl.col("message").str.extract(_COMM_ID, 1)]).alias("key"),
+        pl.concat_str([pl.lit("init"), pl.col("comm_id")]).alias("key"),
         pl.col("time").alias("value"),
     )
     both = pl.concat([wd, init]).drop_nulls("key")

@@ -26,53 +26,50 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from logsleuth.events import matching
+from logsleuth.events import (
+    AGENT_SIGNAL,
+    AGENT_TEARDOWN,
+    CHILD_FAILED,
+    CPP_STACK,
+    CPP_TERMINATE,
+    DETAIL_KINDS,
+    DIST_MEMBER,
+    EID,
+    EXCEPTION,
+    EXIT_KINDS,
+    FAILURE_KINDS,
+    GLOO_TIMEOUT,
+    LINE,
+    NCCL_INFO,
+    NCCL_INIT,
+    NCCL_NET,
+    NCCL_UNWIND,
+    NCCL_WARN,
+    SLURM_CANCEL,
+    SLURM_FAILED,
+    SLURM_MEMORY_ERROR,
+    SLURM_NODE_FAILURE,
+    SLURM_OOM,
+    SRUN_EXIT,
+    TRACEBACK,
+    WATCHDOG_TIMEOUT,
+    numbered,
+)
 from logsleuth.hostlist import HostlistError, collect_ranges, expand_ranges
-from logsleuth.parse.python import CUT_OFF, SHOWN_SOURCE
+from logsleuth.parse.identity import per_node_files, rank_table
+from logsleuth.parse.python import CUT_OFF
 from logsleuth.rulebook import RuleSet
 
 from . import consistency, hangs, timeline
-from .identity import per_node_files, rank_table
 
-#: Kinds of event that show a process or job failed (used to tell `unknown` from `none`).
-FAILURE_KINDS = (
-    "traceback",
-    "cpp_terminate",
-    "cpp_what",
-    "watchdog_timeout",
-    "gloo_timeout",
-    "child_failed",
-    "agent_worker_failed",
-    "srun_exit",
-    "slurm_cancel",
-    "slurm_oom",
-    "slurm_failed",
-    "slurm_memory_error",
-    "slurm_node_failure",
-    "signal_report",
-)
 #: An event of a failure kind at error level: a process or the job failed here.
 IS_FAILURE = pl.col("kind").is_in(FAILURE_KINDS) & pl.col("level").is_in(["error", "fatal"])
 #: The exception torchrun's launcher logs from an error file (``ERROR:...error_handler:{ "message": ...``):
 #: written when a process died of an uncaught exception (elastic's ``@record``), never for a handled one.
-LAUNCHER_ERROR_RECORD = (pl.col("kind") == "exception") & (pl.col("source") == "launcher") & (pl.col("level") == "error")
+LAUNCHER_ERROR_RECORD = (pl.col("kind") == EXCEPTION) & (pl.col("source") == "launcher") & (pl.col("level") == "error")
 #: An exception of Ray's own (ray/exceptions.py: RaySystemError, ActorDiedError, WorkerCrashedError ...) on a line
 #: of its own: Ray raises them in the caller of a task or actor that failed, so the line is that failure's report.
-RAY_ERROR = (pl.col("kind") == "exception") & pl.col("exc_type").str.starts_with("ray.exceptions.")
-#: Messages that end a run without being a failure in themselves (interpreter shutdown noise).
-_SHUTDOWN_NOISE = r"(?i)^Exception ignored in|\bwarn(?:ing)?\b"
-#: A connection being retried (c10d's client socket, NCCL's bootstrap, Gloo): as the last line
-#: of a log, the process was still trying to reach its peers when the log ends.
-_STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect(?: to \S+)? returned .*retrying|Connection (?:refused|timed out).*retry"
-#: ... except an address the socket cannot use at all (c10d tries every address of the host in
-#: turn: an IPv6 one gives EINVAL or EAFNOSUPPORT, and the next one is tried), which is no retry.
-_UNUSABLE_ADDRESS = r"errno: (?:22|97)\b"
-#: A line whose own glog marker says warning or info (``[W socket.cpp:436]``, ``[W1008 23:40:22.83 socket.cpp:767]``),
-#: whatever a wrapper that labels every stderr line an error put before it.
-_GLOG_NOT_ERROR = r"\[[WI]\d{0,4}(?: [\d:.]+)?(?: \d+)? ?[\w/.-]+\.(?:cpp|cc|h|hpp):\d+\]"
-#: An NCCL error return as PyTorch (or NCCL's own API) reports it: ``NCCL error in: ...``,
-#: ``NCCL error: unhandled system error``, ``ncclSystemError: System call ...``.
-NCCL_ERROR_RETURN = r"\bNCCL error\b|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b"
+RAY_ERROR = (pl.col("kind") == EXCEPTION) & pl.col("exc_type").str.starts_with("ray.exceptions.")
 
 
 def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> pl.Series:
@@ -95,28 +92,24 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     """
     if events.is_empty():
         return pl.Series("failure", [], dtype=pl.Boolean)
-    kind, level, msg = pl.col("kind"), pl.col("level"), pl.col("message")
+    kind, level = pl.col("kind"), pl.col("level")
     last = pl.col("line") == pl.col("line").max().over("file")
-    members = pl.col("rank").filter(kind == "dist_member").n_unique()  # over every file: a rank may write its own
-    still_joining = last & (kind == "dist_member") & (members < pl.col("nranks"))
+    members = pl.col("rank").filter(kind == DIST_MEMBER).n_unique()  # over every file: a rank may write its own
+    still_joining = last & (kind == DIST_MEMBER) & (members < pl.col("nranks"))
     ends_in_error = still_joining | last & (
         (
-            kind.is_in(["line", "exception"])
+            kind.is_in([LINE, EXCEPTION])
             & (level == "error")
-            & ~msg.str.contains(_SHUTDOWN_NOISE).fill_null(False)
-            & ~msg.str.contains(_GLOG_NOT_ERROR).fill_null(False)
+            & ~pl.col("shutdown_noise").fill_null(False)
+            & ~pl.col("glog_below_error").fill_null(False)
         )
-        | (
-            kind.is_in(["line", "nccl_info", "nccl_warn"])
-            & msg.str.contains(_STILL_CONNECTING).fill_null(False)
-            & ~msg.str.contains(_UNUSABLE_ADDRESS).fill_null(False)
-        )
+        | (kind.is_in([LINE, NCCL_INFO, NCCL_WARN]) & pl.col("retrying").fill_null(False))
     )
-    nccl_error = level.is_in(["error", "fatal"]) & msg.str.contains(NCCL_ERROR_RETURN).fill_null(False)
+    nccl_error = level.is_in(["error", "fatal"]) & pl.col("nccl_error").fill_null(False)
     signal = (
         IS_FAILURE
-        | (kind == "cpp_stack")
-        | (kind.is_in(["nccl_unwind", "line"]) & (pl.col("exit_code").fill_null(0) != 0))
+        | (kind == CPP_STACK)
+        | (kind.is_in([NCCL_UNWIND, LINE]) & (pl.col("exit_code").fill_null(0) != 0))
         | (level == "fatal")
         | ends_in_error
         | nccl_error
@@ -126,17 +119,11 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     out = events.select(signal.fill_null(False).alias("failure")).to_series()
     if hits is not None:
         known = hits.get_column("eid").unique().implode()
-        unknown_warn = (
-            events.with_row_index("eid").select(((kind == "nccl_warn") & ~pl.col("eid").is_in(known)).fill_null(False)).to_series()
-        )
+        unknown_warn = numbered(events).select(((kind == NCCL_WARN) & ~pl.col("eid").is_in(known)).fill_null(False)).to_series()
         out = (out | unknown_warn).alias("failure")
     return out
 
 
-#: Records of a process's exit, written by its launcher: summaries of a death, not its cause.
-EXIT_KINDS = ("child_failed", "agent_worker_failed", "srun_exit")
-#: What a rank says about its own failure (its exit record then only summarises it).
-DETAIL_KINDS = ("traceback", "cpp_terminate", "cpp_what", "exception", "watchdog_timeout", "gloo_timeout", "nccl_warn", "signal_report")
 #: Signals launchers send to stop the survivors.
 TEARDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 #: Exceptions that launchers raise about their children, never a cause in themselves.
@@ -247,7 +234,7 @@ class Reasoning:
 def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasoning:
     """Rank the causes, find the first failure and every rank's part; never raises on empty input."""
     notes: list[str] = []
-    ev = events.with_row_index("eid")
+    ev = numbered(events)
     best = _best_hits(hits)
     focus = ev.join(best, on="eid", how="left").filter(IS_FAILURE | (pl.col("hit_role").is_not_null() & (pl.col("hit_role") != "context")))
     tl = timeline.build(events, focus.get_column("eid"))
@@ -274,7 +261,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
                 pl.col("unexplained") & ~pl.col("eid").is_in(handled),
                 pl.col("own") & ~pl.col("eid").is_in(handled),
             )
-        live = signal & ~events.with_row_index("eid").get_column("eid").is_in(handled)
+        live = signal & ~numbered(events).get_column(EID).is_in(handled)
         failed = bool(live.any()) or bool(best.filter((pl.col("hit_role") != "context") & ~pl.col("eid").is_in(handled)).height)
 
     attributed = _attributed(ev, events)
@@ -339,14 +326,8 @@ def _still_retrying(ev: pl.DataFrame) -> pl.DataFrame:
     """A connection a rule knows as a retry (context: c10d's or NCCL's "failed to connect ...,
     retrying") that is still being retried when its log ends: the process never reached its
     peer, so the retries of that file are its failure (a weak primary: any stronger failure wins)."""
-    msg = pl.col("message")
     last = pl.col("line") == pl.col("line").max().over("file")
-    retrying = (
-        last
-        & (pl.col("hit_role") == "context")
-        & msg.str.contains(_STILL_CONNECTING).fill_null(False)
-        & ~msg.str.contains(_UNUSABLE_ADDRESS).fill_null(False)
-    )
+    retrying = last & (pl.col("hit_role") == "context") & pl.col("retrying").fill_null(False)
     ended = ev.filter(retrying.fill_null(False)).select("file", "rule").unique()
     if ended.is_empty():
         return ev
@@ -390,7 +371,7 @@ def _stalled_by_progress(events: pl.DataFrame, ranks: list[RankState], notes: li
 
 
 #: Launcher reports of a death: any of them means the job did fail.
-_DEATH_REPORTS = (*EXIT_KINDS, "slurm_cancel", "slurm_oom", "slurm_failed", "slurm_memory_error", "slurm_node_failure", "watchdog_timeout")
+_DEATH_REPORTS = (*EXIT_KINDS, SLURM_CANCEL, SLURM_OOM, SLURM_FAILED, SLURM_MEMORY_ERROR, SLURM_NODE_FAILURE, WATCHDOG_TIMEOUT)
 _DIED = pl.col("kind").is_in(_DEATH_REPORTS) | LAUNCHER_ERROR_RECORD
 
 
@@ -401,30 +382,15 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
     if not present or not ev.filter(_DIED).is_empty():
         return False
     # and every file went on with ordinary output after its last error (a cut-off log did not)
-    ordinary = (pl.col("kind") == "line") & (pl.col("level") == "info")
+    ordinary = (pl.col("kind") == LINE) & (pl.col("level") == "info")
     per_file = ev.group_by("file").agg(
         pl.col("line").filter(IS_FAILURE).max().alias("_err"), pl.col("line").filter(ordinary).max().alias("_ok")
     )
     return per_file.filter(pl.col("_err").is_not_null() & (pl.col("_ok").is_null() | (pl.col("_ok") < pl.col("_err")))).is_empty()
 
 
-#: A line that says the job, or a worker of it, ended well (torchelastic's events and agent, Trainer loops).
-_ENDED_WELL = (
-    r"torchelastic\.worker\.status\.SUCCEEDED|worker group successfully finished|Done waiting for other agents"
-    r"|Local worker group finished \(WorkerState\.SUCCEEDED\)|Process \d+ exits successfully\."
-    r"|`Trainer\.fit` stopped: `max_(?:epochs|steps|time)=|(?i:\btraining (?:completed|finished|complete|done)\b)"
-)
-
-
-#: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
-_PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
 #: An ordinary output line that shows training going on (not a source line of a traceback printed unfolded).
-_PROGRESS_LINE = (
-    (pl.col("kind") == "line")
-    & (pl.col("level") == "info")
-    & pl.col("message").str.contains(_PROGRESS)
-    & ~pl.col("message").str.contains(SHOWN_SOURCE)
-)
+_PROGRESS_LINE = (pl.col("kind") == LINE) & (pl.col("level") == "info") & pl.col("progress")
 
 
 def shows_activity(ev: pl.DataFrame) -> bool:
@@ -438,14 +404,13 @@ def shows_activity(ev: pl.DataFrame) -> bool:
     after the last line, and "the job ran to completion" would be a guess."""
     if ev.is_empty():
         return False
-    msg = pl.col("message")
     hit = pl.col("hit_role").is_not_null() if "hit_role" in ev.columns else pl.lit(False)
     at_work = (
         pl.col("level").is_in(["warning", "error", "fatal"])
         | hit
         | pl.col("step").is_not_null()
         | _PROGRESS_LINE
-        | msg.str.contains(_ENDED_WELL).fill_null(False)
+        | pl.col("ended_well").fill_null(False)
     )
     return bool(ev.select(at_work.fill_null(False).any()).item())
 
@@ -453,7 +418,7 @@ def shows_activity(ev: pl.DataFrame) -> bool:
 def shows_ending(ev: pl.DataFrame) -> bool:
     """Does a line say the job, or a worker of it, ended well? Without one, "no failure found"
     means only that the lines read show none: a job that hung or was killed silently reads the same."""
-    return not ev.is_empty() and bool(ev.select(pl.col("message").str.contains(_ENDED_WELL).fill_null(False).any()).item())
+    return not ev.is_empty() and bool(ev.select(pl.col("ended_well").fill_null(False).any()).item())
 
 
 def _handled(ev: pl.DataFrame) -> list[int]:
@@ -469,12 +434,12 @@ def _handled(ev: pl.DataFrame) -> list[int]:
     if not ev.filter(_DIED).is_empty():
         return []
     # a join line names its rank, but says nothing about who wrote the unprefixed lines around it
-    said = ev.filter(pl.col("rank").is_not_null() & (pl.col("kind") != "dist_member"))
+    said = ev.filter(pl.col("rank").is_not_null() & (pl.col("kind") != DIST_MEMBER))
     ranked_files = said.get_column("file").unique().to_list()
     multi_rank = said.get_column("rank").n_unique() > 1
     # the same process: a traceback whose writer is known (Ray's "(Worker pid=N)") is survived only by that pid's progress
     ordinary = ev.filter(_PROGRESS_LINE).group_by("file", "rank", "pid").agg(pl.col("line").max().alias("_last_ok"))
-    tb = ev.filter((pl.col("kind") == "traceback") & pl.col("level").is_in(["error", "fatal"]))
+    tb = ev.filter((pl.col("kind") == TRACEBACK) & pl.col("level").is_in(["error", "fatal"]))
     if tb.is_empty():
         return []
     joined = tb.join(ordinary, on=["file", "rank", "pid"], how="left", nulls_equal=True)
@@ -506,7 +471,7 @@ def _best_hits(hits: pl.DataFrame) -> pl.DataFrame:
 
 def _attributed(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     """The events with a rank, plus one row per rank of each multi-task srun exit line."""
-    multi = ev.filter((pl.col("kind") == "srun_exit") & pl.col("rank").is_null()).drop("rank")
+    multi = ev.filter((pl.col("kind") == SRUN_EXIT) & pl.col("rank").is_null()).drop("rank")
     expanded = multi.join(_exit_ranks(ev, events), on="eid").with_columns(pl.col("rank").cast(pl.Int32))
     return pl.concat([ev.filter(pl.col("rank").is_not_null()), expanded.select(ev.columns)])
 
@@ -515,13 +480,13 @@ def _exit_ranks(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     """eid -> the ranks an exit record covers (srun task ranges expand; one loop per srun line: few)."""
     agents = per_node_files(events)
     rows: list[tuple[int, int]] = []
-    srun = ev.filter((pl.col("kind") == "srun_exit") & pl.col("tasks").is_not_null() & ~pl.col("file").is_in(list(agents)))
+    srun = ev.filter((pl.col("kind") == SRUN_EXIT) & pl.col("tasks").is_not_null() & ~pl.col("file").is_in(list(agents)))
     for eid, tasks in srun.select("eid", "tasks").iter_rows():
         try:
             rows.extend((eid, t) for t in expand_ranges(tasks))
         except HostlistError:
             continue
-    single = ev.filter(pl.col("kind").is_in(EXIT_KINDS) & pl.col("rank").is_not_null() & (pl.col("kind") != "srun_exit")).select(
+    single = ev.filter(pl.col("kind").is_in(EXIT_KINDS) & pl.col("rank").is_not_null() & (pl.col("kind") != SRUN_EXIT)).select(
         "eid", pl.col("rank").cast(pl.Int64)
     )
     listed = pl.DataFrame(rows, schema={"eid": pl.UInt32(), "rank": pl.Int64()}, orient="row")
@@ -531,7 +496,7 @@ def _exit_ranks(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
 def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     """Set each event's final ``role``, ``why`` it was reread, and whether it is its rank's ``own`` failure."""
     is_exit = pl.col("kind").is_in(EXIT_KINDS)
-    teardown = ev.filter((pl.col("kind") == "agent_teardown") & pl.col("pid").is_not_null()).select(
+    teardown = ev.filter((pl.col("kind") == AGENT_TEARDOWN) & pl.col("pid").is_not_null()).select(
         pl.col("file"), pl.col("task").fill_null(-1).alias("_task"), "pid", pl.lit(True).alias("_closed")
     )
     ev = (
@@ -541,21 +506,21 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.col("_closed").fill_null(False))
     )
     # srun reports the first task to die first; later SIGKILL/SIGTERM exits are its teardown
-    first_srun = ev.filter(pl.col("kind") == "srun_exit").group_by("file").agg(pl.col("line").min().alias("_first_srun"))
-    cancelled = ev.filter(pl.col("kind") == "slurm_cancel").height > 0
+    first_srun = ev.filter(pl.col("kind") == SRUN_EXIT).group_by("file").agg(pl.col("line").min().alias("_first_srun"))
+    cancelled = ev.filter(pl.col("kind") == SLURM_CANCEL).height > 0
     ev = ev.join(first_srun, on="file", how="left")
     signalled = pl.col("signal").is_in(["SIGKILL", "SIGTERM"]).fill_null(False)
     torn = (
         is_exit & (pl.col("signal").is_in(TEARDOWN_SIGNALS).fill_null(False) | pl.col("_closed"))
-        | ((pl.col("kind") == "srun_exit") & signalled & ((pl.col("line") > pl.col("_first_srun")) | pl.lit(cancelled)))
-        | ((pl.col("kind") == "traceback") & pl.col("exc_type").str.contains(r"SignalException$").fill_null(False))
+        | ((pl.col("kind") == SRUN_EXIT) & signalled & ((pl.col("line") > pl.col("_first_srun")) | pl.lit(cancelled)))
+        | ((pl.col("kind") == TRACEBACK) & pl.col("exc_type").str.contains(r"SignalException$").fill_null(False))
     )
     agents = list(per_node_files(events))
-    launcher = (pl.col("kind") == "traceback") & pl.col("exc_type").str.contains(LAUNCHER_EXCEPTIONS).fill_null(False)
+    launcher = (pl.col("kind") == TRACEBACK) & pl.col("exc_type").str.contains(LAUNCHER_EXCEPTIONS).fill_null(False)
     # where srun starts one torchrun per node, "task 0: Exited with exit code 1" is that torchrun reporting its workers
-    launcher = launcher | ((pl.col("kind") == "srun_exit") & pl.col("file").is_in(agents) & pl.col("signal").is_null())
+    launcher = launcher | ((pl.col("kind") == SRUN_EXIT) & pl.col("file").is_in(agents) & pl.col("signal").is_null())
     # "terminate called after throwing ..." only announces the what(): line that follows it
-    header = pl.col("kind") == "cpp_terminate"
+    header = pl.col("kind") == CPP_TERMINATE
     ev = ev.with_columns(torn.fill_null(False).alias("_torn"), launcher.alias("_launcher"), header.alias("_header"))
 
     # what each rank said itself (not counting exit records)
@@ -614,11 +579,11 @@ def _late_cancellations(ev: pl.DataFrame) -> pl.DataFrame:
     process had exited and no strong failure line was printed before it.
     """
     is_exit = pl.col("kind").is_in(EXIT_KINDS) & ~pl.col("_torn")
-    strong = pl.col("role").is_in(["primary", "consequence"]) & (pl.col("weight") >= STRONG) & (pl.col("kind") != "slurm_cancel")
+    strong = pl.col("role").is_in(["primary", "consequence"]) & (pl.col("weight") >= STRONG) & (pl.col("kind") != SLURM_CANCEL)
     before = ev.filter(is_exit | strong.fill_null(False)).get_column("pos").min()
     if before is None:
         return ev
-    late = (pl.col("kind") == "slurm_cancel") & pl.col("category").is_in(["slurm_cancelled", "slurm_time_limit"]) & (pl.col("pos") > before)
+    late = (pl.col("kind") == SLURM_CANCEL) & pl.col("category").is_in(["slurm_cancelled", "slurm_time_limit"]) & (pl.col("pos") > before)
     return ev.with_columns(
         pl.when(late).then(pl.lit("context")).otherwise(pl.col("role")).alias("role"),
         pl.when(late).then(pl.lit("ended a job that had already failed")).otherwise(pl.col("why")).alias("why"),
@@ -715,8 +680,8 @@ def _refine(
     if lead.cause == "unknown" and hang is not None and hang.hung:
         # the unexplained errors were ranks giving up waiting (their exit records aside)
         lines = ev.filter(pl.col("eid").is_in(lead.eids) & ~pl.col("kind").is_in(EXIT_KINDS))
-        if lines.select(hangs.is_wait(pl.col("message")).all()).item():
-            store = lines.select(hangs.is_store_wait(pl.col("message")).any()).item()
+        if lines.select(hangs.IS_WAIT.all()).item():
+            store = lines.select(hangs.IS_STORE_WAIT.any()).item()
             return _hang_candidate(cands, ev, hang, rules, cause="rendezvous_timeout" if store else None)
     if lead.category in ("collective_mismatch", "unknown") and lead.first is None:
         odd = hangs.fingerprints(ev)
@@ -755,11 +720,11 @@ def _split_wait(lead: Candidate, cands: list[Candidate], ev: pl.DataFrame, rules
     if lead.role == "hang" or rules.category(lead.cause) != "rendezvous_timeout":
         return None
     lines = ev.filter(pl.col("eid").is_in(lead.eids))
-    in_store = set(lines.filter(hangs.is_store_wait(pl.col("message"))).get_column("rank").drop_nulls().to_list())
+    in_store = set(lines.filter(hangs.IS_STORE_WAIT).get_column("rank").drop_nulls().to_list())
     in_op = (
         (pl.col("category") == "collective_timeout")
-        | pl.col("kind").is_in(["watchdog_timeout", "gloo_timeout"])
-        | pl.col("message").str.contains("monitoredBarrier").fill_null(False)  # the barrier DETAIL runs before a collective
+        | pl.col("kind").is_in([WATCHDOG_TIMEOUT, GLOO_TIMEOUT])
+        | pl.col("monitored_barrier").fill_null(False)  # the barrier DETAIL runs before a collective
     )
     waiting = ev.filter(in_op & pl.col("rank").is_not_null() & ~pl.col("rank").is_in(list(in_store)))
     in_collective = set(waiting.get_column("rank").to_list())
@@ -789,7 +754,7 @@ def _split_wait(lead: Candidate, cands: list[Candidate], ev: pl.DataFrame, rules
 
 def _mismatch_candidate(ev: pl.DataFrame, rules: RuleSet, odd: list[int], why: str) -> Candidate:
     """collective_mismatch from the ranks' own collective fingerprints, when no rule named it."""
-    lines = ev.filter(matching(ev, pattern="is running (?:inconsistent )?collective: ")).sort("pos")
+    lines = ev.filter(pl.col("fingerprint").fill_null(False)).sort("pos")
     first_odd = lines.filter(pl.col("rank").is_in(odd))
     eids = [int(e) for e in pl.concat([first_odd, lines]).get_column("eid").unique(maintain_order=True).to_list()]
     return Candidate(
@@ -858,11 +823,11 @@ def _left_early(ev: pl.DataFrame, events: pl.DataFrame) -> list[int]:
     Seen only where the launcher's failure table covers the rank's node and
     neither lists the rank nor had to stop it: it exited with code 0 first.
     """
-    cfe = events.filter(pl.col("kind") == "child_failed")
+    cfe = events.filter(pl.col("kind") == CHILD_FAILED)
     if cfe.is_empty():
         return []
     listed = set(cfe.get_column("rank").drop_nulls().unique().to_list())
-    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().unique().to_list())
+    closed = set(events.filter(pl.col("kind") == AGENT_TEARDOWN).get_column("pid").drop_nulls().unique().to_list())
     nodes = set(cfe.get_column("node").drop_nulls().unique().to_list())
     ranked = ev.filter(pl.col("rank").is_not_null() & pl.col("node").is_in(list(nodes)))
     quiet = ranked.group_by("rank").agg(
@@ -885,7 +850,7 @@ def _hang_candidate(cands: list[Candidate], ev: pl.DataFrame, hang: hangs.Hang, 
     base = next((c for c in cands if c.cause == cause), None) or next((c for c in cands if c.category == rules.category(cause)), None)
     hung_rows = ev.filter(pl.col("rank").is_in(hang.hung)).sort("pos")
     # per hung rank: the line that shows it behind (its last enqueued collective), else the last it printed
-    behind = pl.col("message").str.contains("(?i)last enqueued")
+    behind = pl.col("says_enqueued")
     shown = hung_rows.group_by("rank", maintain_order=True).agg(
         pl.coalesce(pl.col("eid").filter(behind).first(), pl.col("eid").last()).alias("eid")
     )
@@ -992,11 +957,6 @@ def _hardware_first(cands: list[Candidate], ev: pl.DataFrame, notes: list[str]) 
 #: What ranks report when the file:// init file they met through is stale or not shared:
 #: connects to dead addresses, peers that close on them, waits that never end.
 INIT_FILE_SYMPTOMS = frozenset({"master_unreachable", "peer_failure", "rendezvous_timeout", "collective_timeout", "unknown"})
-#: Where a set-up failure is raised: forming the process group, or DDP's first exchange.
-_SETUP = (
-    r"init_process_group|_new_process_group_helper|connectFullMesh|rendezvous|_verify_param|_store_based_barrier"
-    r"|TCPStore|FileStore|new_group|Connection refused|Timed out waiting|wait timeout"
-)
 
 
 def _init_file_first(cands: list[Candidate], ev: pl.DataFrame, rules: RuleSet, notes: list[str]) -> list[Candidate]:
@@ -1007,9 +967,7 @@ def _init_file_first(cands: list[Candidate], ev: pl.DataFrame, rules: RuleSet, n
     uses = ev.filter((pl.col("role") == "context") & (pl.col("cause") == "file_init_error")).sort("pos")
     lead = cands[0]
     shown = ev.filter(pl.col("eid").is_in(lead.eids))
-    at_setup = shown.select(
-        pl.concat_str([pl.col("message"), pl.col("detail").fill_null("")], separator=" ").str.contains(_SETUP).any()
-    ).item()
+    at_setup = shown.select(pl.col("at_setup").any()).item()
     if uses.is_empty() or not at_setup:
         return cands
     notes.append(f"the job meets through a file:// init file: it explains the {lead.category} the ranks reported at set-up")
@@ -1086,7 +1044,7 @@ def _own_time(ev: pl.DataFrame, eid: int) -> str | None:
     when: datetime | None = row.get_column("time")[0]
     rank = row.get_column("rank")[0]
     if when is None and rank is not None:
-        stamped = ev.filter((pl.col("rank") == rank) & (pl.col("kind") == "child_failed") & pl.col("time").is_not_null())
+        stamped = ev.filter((pl.col("rank") == rank) & (pl.col("kind") == CHILD_FAILED) & pl.col("time").is_not_null())
         if stamped.height:
             when = stamped.get_column("time").min()  # type: ignore[assignment]
     return when.isoformat() if when is not None else None
@@ -1134,7 +1092,7 @@ def _rank_states(
     A verdict made of victims' symptoms only (peer_failure) names no culprit:
     the rank that failed first there is the first victim.
     """
-    world = events.filter(pl.col("kind") == "nccl_init").get_column("nranks").drop_nulls().mode().sort()
+    world = events.filter(pl.col("kind") == NCCL_INIT).get_column("nranks").drop_nulls().mode().sort()
     table = rank_table(events, int(world[0]) if world.len() and world[0] <= 65536 else None)
     if table.is_empty():
         return []
@@ -1143,10 +1101,10 @@ def _rank_states(
     own = ranked.filter(pl.col("own")).group_by("rank", maintain_order=True).first()
     victim = ranked.filter(pl.col("role") == "consequence").group_by("rank", maintain_order=True).first()
     # the last line the rank printed itself; the launcher's lines about it only when there is nothing else
-    by_launcher = (pl.col("source") == "launcher") | pl.col("kind").is_in([*EXIT_KINDS, "agent_teardown", "agent_signal"])
+    by_launcher = (pl.col("source") == "launcher") | pl.col("kind").is_in([*EXIT_KINDS, AGENT_TEARDOWN, AGENT_SIGNAL])
     last = ranked.sort(by_launcher, "pos", descending=[True, False]).group_by("rank", maintain_order=True).last()
-    cfe_nodes = set(events.filter(pl.col("kind") == "child_failed").get_column("node").drop_nulls().unique().to_list())
-    closed = set(events.filter(pl.col("kind") == "agent_teardown").get_column("pid").drop_nulls().unique().to_list())
+    cfe_nodes = set(events.filter(pl.col("kind") == CHILD_FAILED).get_column("node").drop_nulls().unique().to_list())
+    closed = set(events.filter(pl.col("kind") == AGENT_TEARDOWN).get_column("pid").drop_nulls().unique().to_list())
     lookup = {
         name: {int(r["rank"]): r for r in frame.iter_rows(named=True)} for name, frame in (("own", own), ("victim", victim), ("last", last))
     }
@@ -1264,13 +1222,13 @@ def _named_peers(events: pl.DataFrame) -> list[tuple[str, str, list[int], list[i
     one to look at, even when it printed nothing. An address is named by the node that
     announced it on NCCL's "Using" lines, else shown as it is."""
     own = (
-        events.filter((pl.col("kind") == "nccl_net") & pl.col("address").is_not_null() & pl.col("node").is_not_null())
+        events.filter((pl.col("kind") == NCCL_NET) & pl.col("address").is_not_null() & pl.col("node").is_not_null())
         .group_by("address")
         .agg(pl.col("node").first())
     )
     named = (
-        events.with_row_index("eid")
-        .filter(pl.col("address").is_not_null() & (pl.col("kind") != "nccl_net") & pl.col("level").is_in(["error", "fatal", "warning"]))
+        numbered(events)
+        .filter(pl.col("address").is_not_null() & (pl.col("kind") != NCCL_NET) & pl.col("level").is_in(["error", "fatal", "warning"]))
         .join(own.rename({"node": "peer"}), on="address", how="left")
         .filter(pl.col("peer").is_null() | (pl.col("peer") != pl.col("node").fill_null("")))
         .group_by("address", maintain_order=True)

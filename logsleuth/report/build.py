@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from logsleuth.events import numbered
 from logsleuth.hostlist import collect_ranges
 from logsleuth.ingest import InputInfo
 from logsleuth.reason import EVIDENCE_LIMIT, Candidate, Reasoning
@@ -241,7 +242,7 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
     quiet = category in ("none", "unknown") and not reasoning.active
     if quiet:
         category = "unknown"
-        last_lines = events.with_row_index("eid").sort("file", "line").group_by("file", maintain_order=True).last()
+        last_lines = numbered(events).sort("file", "line").group_by("file", maintain_order=True).last()
         failures = last_lines.get_column("eid").to_list()
     # which of the four no-cause readings this is: its title, summary and fix
     kind = "quiet" if quiet else category if category == "unknown" or reasoning.ended else "unfinished"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from logsleuth.events import NCCL_ENV, NCCL_NET, WATCHDOG_TIMEOUT
 from logsleuth.report.model import Verdict
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier")
@@ -373,7 +374,7 @@ def find(events: pl.DataFrame, verdict: Verdict | None = None) -> Found:
     _find_shape(events, found)
     _find_env(events, found)
     found.backend = _find_backend(events)
-    found.interfaces = tuple(events.filter(pl.col("kind") == "nccl_net").get_column("interface").drop_nulls().unique(maintain_order=True))
+    found.interfaces = tuple(events.filter(pl.col("kind") == NCCL_NET).get_column("interface").drop_nulls().unique(maintain_order=True))
     if verdict is not None and verdict.category not in ("none", "unknown"):
         found.cause = verdict.cause
         named = [verdict.first_failure.node, *(e.node for e in verdict.evidence)]
@@ -383,7 +384,7 @@ def find(events: pl.DataFrame, verdict: Verdict | None = None) -> Found:
 
 def _find_collective(events: pl.DataFrame, found: Found) -> None:
     """The collective that hung first: the watchdog's lowest SeqNum, else any Work(...) or fingerprint."""
-    works = events.filter(pl.col("op").is_not_null() & pl.col("kind").is_in(["watchdog_timeout"]))
+    works = events.filter(pl.col("op").is_not_null() & pl.col("kind").is_in([WATCHDOG_TIMEOUT]))
     if works.is_empty():
         works = events.filter(pl.col("op").is_not_null() & pl.col("op").str.contains(r"^[A-Z_]+$"))
     if not works.is_empty():
@@ -394,13 +395,11 @@ def _find_collective(events: pl.DataFrame, found: Found) -> None:
         seq = f" SeqNum={row['seq']}" if row["seq"] is not None else ""
         found.suspect = f"{optype}{seq}{where} ({row['file']}:{row['line']})"
     else:
-        prints = events.filter(pl.col("message").str.contains(r"OpType=[A-Z_]+"))
+        prints = events.filter(pl.col("optype").is_not_null())
         if prints.is_empty():
             return
         row = prints.row(0, named=True)
-        optype = re.search(r"OpType=([A-Z_]+)", row["message"]).group(1)  # type: ignore[union-attr]
-        shape = re.search(r"TensorShape=\[([\d, ]*)\]", row["message"])
-        numel = math.prod(int(x) for x in shape.group(1).split(",") if x.strip()) if shape else None
+        optype, numel = str(row["optype"]), row["tensor_numel"]
         found.suspect = f"{optype} ({row['file']}:{row['line']})"
     found.op = _OPTYPES.get(optype) or _NEAREST.get(optype)
     if found.op is None:
@@ -409,9 +408,9 @@ def _find_collective(events: pl.DataFrame, found: Found) -> None:
         found.notes.append(f"OpType {optype} has no collective of its own here; {found.op} moves the same kind of traffic")
     if numel is not None and numel > 0:
         found.numel = int(numel)
-    dtypes = events.filter(pl.col("message").str.contains(r"TensorDtypes=\w+")).get_column("message")
+    dtypes = events.get_column("dtype").drop_nulls()
     if dtypes.len():
-        found.dtype = _TORCH_DTYPES.get(re.search(r"TensorDtypes=(\w+)", dtypes[0]).group(1))  # type: ignore[union-attr]
+        found.dtype = _TORCH_DTYPES.get(dtypes[0])
 
 
 def _find_shape(events: pl.DataFrame, found: Found) -> None:
@@ -434,9 +433,8 @@ def _find_shape(events: pl.DataFrame, found: Found) -> None:
 def _find_env(events: pl.DataFrame, found: Found) -> None:
     """The tuning settings the logs print (LOG_ENV_ALLOWED); the first value of each wins, the rest get a note."""
     seen: dict[str, list[str]] = {}
-    detail = events.filter(pl.col("kind") == "nccl_env").get_column("detail").drop_nulls()
-    for text in detail:
-        name, _, value = text.partition("=")
+    settings = events.filter((pl.col("kind") == NCCL_ENV) & pl.col("env_name").is_not_null()).select("env_name", "env_value")
+    for name, value in settings.iter_rows():
         seen.setdefault(name, []).append(value)
     lines = events.filter(pl.col("message").str.contains(r"(?:NCCL|GLOO|TORCH|MASTER|CUDA)_[A-Z0-9_]+=|LD_[A-Z_]+=")).get_column("message")
     for text in lines:
@@ -456,10 +454,9 @@ def _find_env(events: pl.DataFrame, found: Found) -> None:
 
 
 def _find_backend(events: pl.DataFrame) -> str | None:
-    msg = pl.col("message")
-    if events.filter((pl.col("source") == "nccl") | msg.str.contains(r"NCCL|ProcessGroupNCCL")).height:
+    if events.filter((pl.col("source") == "nccl") | pl.col("says_nccl")).height:
         return "nccl"
-    if events.filter(msg.str.contains(r"(?i)\bgloo\b|ProcessGroupGloo|WorkGloo")).height:
+    if events.filter(pl.col("says_gloo")).height:
         return "gloo"
     return None
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import polars as pl
 
+from logsleuth.events import AGENT_KINDS, EXCEPTION, LINE, SRUN_EXIT, TRACEBACK
 from logsleuth.hostlist import HostlistError, expand_hostlist, expand_ranges
 
+from .common import Example
+
 #: Kinds that only a launcher agent (torchrun) writes: their srun task is a node, not a rank.
-_AGENT_KINDS = ("child_failed", "agent_worker_failed", "agent_teardown", "agent_signal")
+_AGENT_KINDS = AGENT_KINDS
 
 
 def per_node_files(events: pl.DataFrame) -> set[str]:
@@ -43,7 +46,7 @@ def srun_task_nodes(events: pl.DataFrame) -> pl.DataFrame:
     them, no mapping is made (srun's block distribution is not guaranteed).
     """
     rows: list[tuple[str, int, str]] = []
-    exits = events.filter((pl.col("kind") == "srun_exit") & pl.col("tasks").is_not_null() & pl.col("node").is_not_null())
+    exits = events.filter((pl.col("kind") == SRUN_EXIT) & pl.col("tasks").is_not_null() & pl.col("node").is_not_null())
     for file, hosts, tasks in exits.select("file", "node", "tasks").unique().iter_rows():  # one per srun exit line: few
         try:
             nodes, ids = expand_hostlist(hosts), expand_ranges(tasks)
@@ -74,7 +77,7 @@ def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
     per_rank = pl.col("task").is_not_null() & ~pl.col("file").is_in(list(agents)) & (pl.col("source") != "slurm")
     df = df.with_columns(pl.when(per_rank).then(pl.coalesce("rank", "task")).otherwise(pl.col("rank")).alias("rank"))
     # srun exit lines that name one task name one rank (in per-rank files)
-    single = pl.col("tasks").str.contains(r"^\d+$").fill_null(False) & (pl.col("kind") == "srun_exit") & ~pl.col("file").is_in(list(agents))
+    single = pl.col("tasks").str.contains(r"^\d+$").fill_null(False) & (pl.col("kind") == SRUN_EXIT) & ~pl.col("file").is_in(list(agents))
     df = df.with_columns(
         pl.when(single).then(pl.coalesce("rank", pl.col("tasks").cast(pl.Int32, strict=False))).otherwise("rank").alias("rank")
     )
@@ -100,7 +103,7 @@ def _task_nodes(df: pl.DataFrame, agents: set[str]) -> pl.DataFrame:
     """Give task-labelled lines the node of their task (from srun exit lines, or the task's own lines)."""
     known = srun_task_nodes(df)
     per_task = (
-        df.filter(pl.col("task").is_not_null() & pl.col("node").is_not_null() & (pl.col("kind") != "srun_exit"))
+        df.filter(pl.col("task").is_not_null() & pl.col("node").is_not_null() & (pl.col("kind") != SRUN_EXIT))
         .group_by("file", "task")
         .agg(pl.col("node").mode().first().alias("node"))
     )
@@ -112,7 +115,7 @@ def _task_nodes(df: pl.DataFrame, agents: set[str]) -> pl.DataFrame:
         return df
     df = (
         df.join(mapping.rename({"node": "_tnode"}), on=["file", "task"], how="left")
-        .with_columns(pl.when(pl.col("kind") == "srun_exit").then("node").otherwise(pl.coalesce("node", "_tnode")).alias("node"))
+        .with_columns(pl.when(pl.col("kind") == SRUN_EXIT).then("node").otherwise(pl.coalesce("node", "_tnode")).alias("node"))
         .drop("_tnode")
     )
     # per-rank files: task = rank, so the srun mapping also maps ranks to nodes
@@ -229,6 +232,29 @@ _SELF_NAMED_WORDS = (
 )
 
 
+#: Literals of the lines this module reads ranks from (the ingest prefilter keeps them).
+TRIGGERS = _SELF_NAMED_WORDS
+
+#: It claims no lines: it fills rank, node and local rank of the events of every kind.
+KINDS: tuple[str, ...] = ()
+
+EXAMPLES: tuple[Example, ...] = (
+    ("Parameter indices which did not receive grad for rank 1: 4 7", {"kind": LINE, "rank": 1}),
+    (
+        "torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with signal SIGKILL",
+        {"kind": EXCEPTION, "local_rank": 3},
+    ),
+    (
+        "-- Process 2 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/w/train.py", line 9, in run\n'
+        "    step()\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        {"kind": TRACEBACK, "local_rank": 2},
+    ),
+)
+
+
 def _message_ranks(df: pl.DataFrame) -> pl.DataFrame:
     """Rank or local rank named by the failure text itself, where no prefix gave one."""
     msg = pl.col("message")
@@ -239,7 +265,7 @@ def _message_ranks(df: pl.DataFrame) -> pl.DataFrame:
     header = msg.str.extract(_SPAWN_HEADER, 1).cast(pl.Int32, strict=False)
     if df.select(header.is_not_null().any()).item():
         spawned = header.forward_fill().over("file", order_by="line")
-        after = pl.col("kind") == "traceback"
+        after = pl.col("kind") == TRACEBACK
         df = df.with_columns(
             pl.when(after & pl.col("local_rank").is_null()).then(spawned).otherwise(pl.col("local_rank")).alias("local_rank")
         )

@@ -8,8 +8,8 @@ import polars as pl
 
 import logsleuth
 from logsleuth.api import events_for
+from logsleuth.parse.identity import per_node_files, srun_task_nodes
 from logsleuth.reason import rank_table
-from logsleuth.reason.identity import per_node_files, srun_task_nodes
 from tests.conftest import events_of
 
 # srun --label, one task per rank on two nodes (labels right-aligned as srun pads them)
