@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from logsleuth import api, classify, ingest, match, reason
+from logsleuth import classify, pipeline
 from logsleuth.reason import Reasoning
 from logsleuth.rulebook import RuleSet
 from logsleuth.taxonomy import TAXONOMY
@@ -149,10 +149,9 @@ class Observation:
 
 
 def observe(case: Case, ruleset: RuleSet, features: classify.FeatureConfig) -> Observation:
-    """Run ingest -> parse -> match -> reason on a case, and compute its classifier features."""
-    inputs = ingest.expand([str(case.path)])
-    events = api.load_events(inputs, ruleset)
-    hits = match.match(events, ruleset)
-    reasoning = reason.reason(events, hits, ruleset)
+    """Run the pipeline up to the rules' reasoning on a case, and compute its classifier features."""
+    (run,) = pipeline.run([str(case.path)], rules=ruleset, until="reason")
+    events, hits, reasoning = run.events, run.hits, run.reasoning
+    assert hits is not None and reasoning is not None
     feats = classify.hashed(classify.event_features(events, features), features.dim)
     return Observation(case, events, hits, reasoning, feats, np.asarray(classify.job_vector(feats), dtype=np.int64))
