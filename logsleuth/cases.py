@@ -40,7 +40,7 @@ class Case:
     path: Path
     label: str  # the taxonomy category (a finer label rolls up to it)
     group: str
-    kind: str  # one of KINDS, or unknown when case.toml names none
+    kind: str  # [provenance] kind (see KINDS), or "unknown" when case.toml names none
     rank: int | None
     node: str | None
     log_supports: bool = True  # false when the label rests on the thread's prose, not on the log
@@ -87,8 +87,6 @@ def read_case(folder: Path) -> Case:
         raise CorpusError(f"{folder}/case.toml: category {label!r} is not a taxonomy id")
     ff = meta.get("first_failure") or {}
     prov = meta.get("provenance") or {}
-    if "kind" in prov and prov["kind"] not in KINDS:
-        raise CorpusError(f"{folder}/case.toml: provenance kind {prov['kind']!r} is not one of {', '.join(KINDS)}")
     rank = ff.get("rank")
     return Case(
         id=folder.name,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import logsleuth
-from logsleuth.cases import Case, find_cases
+from logsleuth.cases import KINDS, Case, find_cases
 from logsleuth.taxonomy import TAXONOMY
 
 from .conftest import ROOT
@@ -35,7 +35,7 @@ def test_every_root_holds_cases_and_every_log_folder_is_labelled() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_case_gets_its_category_and_first_failing_rank(case: Case) -> None:
-    assert case.label in TAXONOMY and case.kind in ("run-here", "public", "synthetic", "composed")
+    assert case.label in TAXONOMY and case.kind in KINDS
     verdict = logsleuth.analyze([case.path]).verdict
     assert verdict.category == case.label
     if case.rank is not None:
