@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from logsleuth import api, classify, fuse, ingest, match, reason, rulebook  # noqa: E402
+from logsleuth import api, classify, fuse, pipeline, rulebook  # noqa: E402
 
 
 def cases(roots: list[str]) -> list[Path]:
@@ -69,8 +69,9 @@ def main() -> int:
     for case in chosen:
         with_model = median_ms(functools.partial(api.analyze, [case]), args.repeat)
         rules_only = median_ms(functools.partial(api.analyze, [case], classifier=False), args.repeat)
-        events = api.load_events(ingest.expand([case]), rules)
-        reasoning = reason.reason(events, match.match(events, rules), rules)
+        (run,) = pipeline.run([case], rules=rules, until="reason")
+        events, reasoning = run.events, run.reasoning
+        assert reasoning is not None
         stage.append(median_ms(functools.partial(_stage, events, reasoning, model), args.repeat))
         added.append(with_model - rules_only)
         sizes.append(events.height)
@@ -84,9 +85,9 @@ def main() -> int:
     print(f"{'':32s} {'p50':>8s} {'p90':>8s} {'max':>8s}")
     print(f"{'analyze() with - without model':32s} {pct(added, 0.5):8.1f} {pct(added, 0.9):8.1f} {max(added):8.1f}  ms")
     print(f"{'classifier + fusion stage alone':32s} {pct(stage, 0.5):8.1f} {pct(stage, 0.9):8.1f} {max(stage):8.1f}  ms")
-    big = [p for c in chosen for p in ingest.expand([c]) if p.file]
-    events = api.load_events(big, rules)
-    reasoning = reason.reason(events, match.match(events, rules), rules)
+    (run,) = pipeline.run(chosen, rules=rules, until="reason")
+    events, reasoning, big = run.events, run.reasoning, run.inputs
+    assert reasoning is not None
     big_ms = median_ms(lambda: fuse.fuse(events, reasoning, classify.predict(model, events), model), args.repeat)
     print(f"{'stage on all sampled logs at once':32s} {big_ms:8.1f} ms  ({events.height} events, {len(big)} files)")
     print(f"{'loading the model (once a process)':32s} {load_ms:8.1f} ms")

@@ -450,17 +450,18 @@ def repro(
     _load_rules_or_exit(rules)
     found = None
     if paths:
-        from .api import analyze as run_analysis
-        from .api import events_for
+        from .pipeline import run as run_pipeline
 
-        table, inputs = events_for(paths, rules=rules)
-        for inp in inputs:
+        # one read: the event table the collective is taken from and the verdict that names it
+        (analysis,) = run_pipeline(paths, rules=rules, never_raise=True)
+        for inp in analysis.inputs:
             for problem in inp.problems:
                 _err(f"{inp.file}: {problem}")
-        if not any(i.lines for i in inputs):
+        if not any(i.lines for i in analysis.inputs):
             _err("no readable input: nothing to take the collective from")
             raise typer.Exit(EXIT_NO_INPUT)
-        found = find(table, run_analysis(paths, rules=rules).verdict)
+        assert analysis.report is not None
+        found = find(analysis.events, analysis.report.verdict)
     try:
         plan = make_plan(
             found,

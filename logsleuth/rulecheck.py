@@ -1,7 +1,7 @@
 """`logsleuth rules check`: a rule set is valid when every rule's examples behave.
 
-Each example is run through the real pipeline (ingest with the prefilter,
-parse, match), so a rule whose keywords miss its own example, or whose
+Each example is run through the real pipeline (:func:`logsleuth.pipeline.run`: ingest with
+the prefilter, parse, then match), so a rule whose keywords miss its own example, or whose
 pattern only works on text the parsers never produce, fails here. All examples
 are parsed together, each as its own file, and matched in one pass: checking
 hundreds of rules costs one pipeline run, not one per example.
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 import polars as pl
 import regex
 
-from . import ingest, match, parse
+from . import match, pipeline
 from .rulebook import Rule, RuleSet, compile_problems, validate
 
 #: Inputs that make a backtracking regex blow up; a fallback pattern must stay fast on them.
@@ -25,10 +25,8 @@ _SLOW_S = 0.05
 
 def rule_hits(rule: Rule, rules: RuleSet, example: str) -> bool:
     """Does ``rule`` hit any event parsed from ``example`` (a log excerpt)?"""
-    ingested = ingest.ingest_text(example, [*parse.KEYWORDS, *rules.keywords], name="<example>", tail=False)
-    events = parse.build(ingested.lines, {"<example>": 2026})
     only = RuleSet(rules=[rule], causes=rules.causes)
-    return not match.match(events, only).is_empty()
+    return not texts_hits([example], rules, only=only).is_empty()
 
 
 #: (rule id, "match" or "no_match", index of the example in that list)
@@ -50,20 +48,21 @@ def example_results(rules: RuleSet) -> dict[ExampleKey, bool]:
     return {key: (key, key[0]) in hit for key in keys}
 
 
-def texts_hits(texts: Sequence[str], rules: RuleSet) -> pl.DataFrame:
+def texts_hits(texts: Sequence[str], rules: RuleSet, *, only: RuleSet | None = None) -> pl.DataFrame:
     """Every rule hit on every text (each a log excerpt parsed as its own file), in one pipeline run.
 
     Returns the hits table of :func:`match.match` plus ``text``, the index of the text the
     hit's event came from. Rule examples and the message catalogue (``logsleuth rules
-    coverage``) both go through here.
+    coverage``) both go through here. The texts are read with ``rules``' keywords, only the
+    lines the prefilter keeps (no tail), unredacted and each on its own (identities are not
+    resolved across them); ``only`` matches a subset of the rules.
     """
     if not texts:
         return pl.DataFrame(schema={**match.HITS_SCHEMA, "text": pl.UInt32()})
     names = [f"<example {n}>" for n in range(len(texts))]
-    keywords = [*parse.KEYWORDS, *rules.keywords]
-    lines = pl.concat([ingest.ingest_text(text, keywords, name=name, tail=False).lines for name, text in zip(names, texts, strict=True)])
-    events = parse.build(lines, dict.fromkeys(names, 2026))
-    hits = match.match(events, rules)
+    (read,) = pipeline.run(texts=dict(zip(names, texts, strict=True)), rules=rules, until="parse", tail=False, redact=False, one_job=False)
+    events = read.events
+    hits = match.match(events, rules if only is None else only)
     index = {name: n for n, name in enumerate(names)}
     files = events.get_column("file").gather(hits.get_column("eid")).to_list()
     return hits.with_columns(pl.Series("text", [index[f] for f in files], dtype=pl.UInt32()))

@@ -18,14 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.10 only
-    import tomli as tomllib
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from logsleuth import analyze  # noqa: E402
+from logsleuth.cases import find_cases, read_case  # noqa: E402
 
 
 @dataclass
@@ -51,11 +47,11 @@ class CaseResult:
 
 def cases(corpus: Path) -> list[Path]:
     """Every case folder under ``corpus`` (a folder holding a case.toml)."""
-    return sorted(p.parent for p in corpus.glob("*/case.toml"))
+    return [c.path for c in find_cases([corpus])]
 
 
 def evaluate_case(folder: Path, rules: Sequence[str] = ()) -> CaseResult:
-    meta = tomllib.loads((folder / "case.toml").read_text())
+    truth = read_case(folder)
     logs = [
         str(p)
         for p in sorted(folder.rglob("*"))
@@ -66,10 +62,10 @@ def evaluate_case(folder: Path, rules: Sequence[str] = ()) -> CaseResult:
     top = report.candidates[0].rules if report.candidates else []
     return CaseResult(
         case=folder.name,
-        expected=str(meta.get("category", meta.get("label", "?"))),
+        expected=truth.label,
         got=verdict.category,
         cause=verdict.cause,
-        expected_rank=(meta.get("first_failure") or {}).get("rank"),
+        expected_rank=truth.rank,
         got_rank=verdict.first_failure.rank,
         rules=list(top),
     )

@@ -1,4 +1,4 @@
-"""Shared helpers: parse a log excerpt the way the real pipeline does."""
+"""Shared helpers: parse a log excerpt with the real pipeline (logsleuth.pipeline.run)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from logsleuth import ingest, parse, reason, rulebook
+from logsleuth import pipeline, rulebook
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,12 +26,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: The year the excerpts' glog stamps (which carry none) were printed in.
+EXCERPT_YEAR = 2026
+
+
 def events_of(text: str, name: str = "job.log") -> pl.DataFrame:
     """The event table of a log excerpt (dedented), identities resolved."""
     body = textwrap.dedent(text).lstrip("\n")
-    rules = rulebook.load()
-    got = ingest.ingest_text(body, [*parse.KEYWORDS, *rules.keywords], name=name)
-    return reason.resolve_identity(parse.build(got.lines, {name: 2026}))
+    (read,) = pipeline.run(texts={name: body}, until="parse", redact=False, year=EXCERPT_YEAR)
+    return read.events
 
 
 @pytest.fixture(scope="session")

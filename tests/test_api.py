@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import logsleuth
-from logsleuth import api
+from logsleuth import pipeline
 from logsleuth.taxonomy import TAXONOMY
 
 from .data_torchrun import TORCHRUN_VALUEERROR
@@ -66,7 +66,7 @@ def test_analyze_never_raises(monkeypatch, write) -> None:
     def boom(*args, **kwargs):
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(api.match, "match", boom)
+    monkeypatch.setattr(pipeline.match, "match", boom)
     report = logsleuth.analyze([write("job.log", TORCHRUN_VALUEERROR)])
     assert report.verdict.category == "unknown"
     assert report.notes[0].startswith("internal error") and "simulated bug" in report.notes[0]

@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from logsleuth.cases import find_cases, read_case
 from logsleuth.cli import app
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-EXAMPLES = sorted(p.parent for p in (Path(__file__).resolve().parent.parent / "examples").glob("*/case.toml"))
+EXAMPLES = [c.path for c in find_cases([Path(__file__).resolve().parent.parent / "examples"])]
 runner = CliRunner()
 
 
 def _expected(case: Path) -> tuple[str, int | None]:
-    meta = tomllib.loads((case / "case.toml").read_text())
-    return meta["category"], meta.get("first_failure", {}).get("rank")
+    truth = read_case(case)
+    return truth.label, truth.rank
 
 
 def test_there_are_examples_for_the_readme() -> None:

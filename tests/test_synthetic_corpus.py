@@ -10,19 +10,16 @@ from pathlib import Path
 
 import pytest
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from logsleuth.cases import read_case
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNTH = sorted(p.parent for p in (ROOT / "corpus").glob("*--synth-*/case.toml"))
 
 
 def generator_call(case: Path) -> list[str]:
-    meta = tomllib.loads((case / "case.toml").read_text())
-    assert meta["provenance"]["kind"] == "synthetic"
-    return shlex.split(meta["provenance"]["generator"])
+    truth = read_case(case)
+    assert truth.kind == "synthetic" and truth.generator is not None
+    return shlex.split(truth.generator)
 
 
 def test_every_synthetic_case_records_the_call_that_names_its_folder() -> None:

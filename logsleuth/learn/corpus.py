@@ -1,100 +1,44 @@
-"""The labelled corpus: cases, their grouped train/test split, and what the pipeline makes of each.
+"""The labelled corpus for learning: its grouped train/test split, and what the pipeline makes of each case.
 
-A case is a folder with ``case.toml`` (corpus/README.md). Near-duplicates share
-a ``group`` (one injected scenario, one issue thread, one synthetic wording
-family), and every split here keeps a group on one side, so a test score is a
-score on wordings and jobs the model never saw.
+Cases are read by :mod:`logsleuth.cases` (the one reader of ``case.toml``; its names are
+re-exported here). Near-duplicates share a ``group`` (one injected scenario, one issue
+thread, one synthetic wording family), and every split here keeps a group on one side, so
+a test score is a score on wordings and jobs the model never saw.
 """
 
 from __future__ import annotations
 
 import hashlib
-import sys
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from logsleuth import api, classify, ingest, match, reason
+from logsleuth import classify, pipeline
+from logsleuth.cases import KINDS, ORIGINS, Case, CorpusError, case_files, find_cases, origin_of, read_case
 from logsleuth.reason import Reasoning
 from logsleuth.rulebook import RuleSet
-from logsleuth.taxonomy import TAXONOMY
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+__all__ = [
+    "KINDS",
+    "ORIGINS",
+    "SPLIT_SALT",
+    "Case",
+    "CorpusError",
+    "Observation",
+    "case_files",
+    "find_cases",
+    "folds",
+    "observe",
+    "origin_of",
+    "read_case",
+    "split",
+]
 
 #: Salt of the split hash: changing it reshuffles which groups are held out.
 SPLIT_SALT = "logsleuth-split-v1"
-
-
-class CorpusError(Exception):
-    """A case folder that does not follow corpus/README.md."""
-
-
-@dataclass(frozen=True)
-class Case:
-    """One labelled job."""
-
-    id: str
-    path: Path
-    label: str  # the taxonomy category (a finer label rolls up to it)
-    group: str
-    kind: str  # run-here | public | synthetic
-    rank: int | None
-    node: str | None
-    log_supports: bool = True  # false when the label rests on the thread's prose, not on the log
-    batch: str | None = None  # the first-contact batch the case arrived in
-
-
-#: Real cases (public reports, jobs run here) and generated ones are scored apart, never pooled:
-#: a score on cases generated from wordings we already knew measures memory, not diagnosis.
-ORIGINS = ("real", "synthetic")
-
-
-def origin_of(case: Case) -> str:
-    """``synthetic`` for generated cases, ``real`` for public reports and jobs run here."""
-    return "synthetic" if case.kind == "synthetic" else "real"
-
-
-def find_cases(roots: Iterable[str | Path]) -> list[Case]:
-    """Every case under the given corpus folders, sorted by id (ids must be unique)."""
-    cases: dict[str, Case] = {}
-    for root in roots:
-        for toml in sorted(Path(root).glob("*/case.toml")):
-            case = read_case(toml.parent)
-            if case.id in cases:
-                raise CorpusError(f"{toml}: case id {case.id!r} also in {cases[case.id].path}")
-            cases[case.id] = case
-    return [cases[k] for k in sorted(cases)]
-
-
-def read_case(folder: Path) -> Case:
-    try:
-        meta = tomllib.loads((folder / "case.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise CorpusError(f"{folder}/case.toml: {exc}") from None
-    label = str(meta.get("category") or meta.get("label") or "")
-    if label not in TAXONOMY:
-        raise CorpusError(f"{folder}/case.toml: category {label!r} is not a taxonomy id")
-    ff = meta.get("first_failure") or {}
-    prov = meta.get("provenance") or {}
-    rank = ff.get("rank")
-    return Case(
-        id=folder.name,
-        path=folder,
-        label=label,
-        group=str(meta.get("group") or folder.name),
-        kind=str(prov.get("kind") or "unknown"),
-        rank=int(rank) if isinstance(rank, int) else None,
-        node=str(ff["node"]) if ff.get("node") is not None else None,
-        log_supports=bool(meta.get("log_supports", True)),
-        batch=str(prov["batch"]) if prov.get("batch") else None,
-    )
 
 
 def _key(text: str) -> str:
@@ -149,10 +93,9 @@ class Observation:
 
 
 def observe(case: Case, ruleset: RuleSet, features: classify.FeatureConfig) -> Observation:
-    """Run ingest -> parse -> match -> reason on a case, and compute its classifier features."""
-    inputs = ingest.expand([str(case.path)])
-    events = api.load_events(inputs, ruleset)
-    hits = match.match(events, ruleset)
-    reasoning = reason.reason(events, hits, ruleset)
+    """Run the pipeline up to the rules' reasoning on a case, and compute its classifier features."""
+    (run,) = pipeline.run([str(case.path)], rules=ruleset, until="reason")
+    events, hits, reasoning = run.events, run.hits, run.reasoning
+    assert hits is not None and reasoning is not None
     feats = classify.hashed(classify.event_features(events, features), features.dim)
     return Observation(case, events, hits, reasoning, feats, np.asarray(classify.job_vector(feats), dtype=np.int64))

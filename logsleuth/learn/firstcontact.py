@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from logsleuth.api import analyze_jobs
-
-from .corpus import Case, CorpusError, find_cases
+from logsleuth.cases import Case, CorpusError, case_files, find_cases
 
 #: How a case's answer is classed, worst first.
 OUTCOMES = ("false_all_clear", "wrong", "false_alarm", "unknown", "top3", "right")
@@ -44,11 +43,6 @@ class CaseScore:
     rank: int | None
     predicted_rank: int | None
     outcome: str
-
-
-def case_files(folder: Path) -> list[Path]:
-    """Every log file of a case (all files but case.toml), as a user would pass them."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "case.toml")
 
 
 def classify_outcome(label: str, predicted: str, top3: Sequence[str]) -> str:

@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 
 import logsleuth
+from logsleuth.cases import read_case
 from tests.conftest import ROOT
 
 
@@ -59,9 +60,10 @@ def test_srun_labels_are_padded_to_the_widest_task_id(synth: ModuleType) -> None
 def test_the_recorded_command_regenerates_the_case(synth: ModuleType, tmp_path: Path) -> None:
     spec = synth.JobSpec(ranks=16, nodes=4, layout="srun-torchrun", failure="docker0", seed=5, steps=7)
     case = synth.write_case(spec, tmp_path / "corpus")
-    toml = (case / "case.toml").read_text()
-    assert 'label = "nccl_wrong_interface"' in toml and "[first_failure]" in toml
-    call = next(line for line in toml.splitlines() if line.startswith("generator = ")).split('"')[1]
+    truth = read_case(case)
+    assert truth.label == "nccl_wrong_interface" and (truth.rank, truth.node) != (None, None)
+    call = truth.generator
+    assert call is not None
     assert call.startswith("corpus/tools/synth.py ")
     assert synth.main([*call.split()[1:], "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "slurm-4242.out").read_bytes() == (case / "slurm-4242.out").read_bytes()
