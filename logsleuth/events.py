@@ -203,6 +203,7 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "optype": pl.String(),  # its OpType
     "tensor_numel": pl.Int64(),  # the element count of its TensorShape
     "dtype": pl.String(),  # its TensorDtypes
+    "env_assignments": pl.String(),  # settings a line assigns ("NCCL_IB_HCA=mlx5_0"), joined by parse.fields.ASSIGNMENT_SEPARATOR
     # what a line's words tell the reasoner (every row: true or false)
     "shutdown_noise": pl.Boolean(),  # ends a run without being a failure: "Exception ignored in", a warning
     "glog_below_error": pl.Boolean(),  # its own glog marker says warning or info ("[W socket.cpp:436]")

@@ -210,6 +210,21 @@ def _tensors(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+#: A setting the reproducer reads (to carry it over, or to say why it was dropped), as a launcher, a
+#: script or NCCL prints it (``NCCL_IB_HCA=mlx5_0``, ``MASTER_ADDR='node01'``): name and value, quoted or bare.
+_ASSIGNMENT = (
+    r"\b(?:(?:NCCL|GLOO|TORCH|MASTER|CUDA)_[A-Z0-9_]+|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT)"
+    r"=(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s\"';)]+)"
+)
+#: Joins the assignments of one line in ``env_assignments`` (a character no log line holds).
+ASSIGNMENT_SEPARATOR = "\x1f"
+
+
+def _assignments(df: pl.DataFrame) -> pl.DataFrame:
+    found = pl.col("msg").str.extract_all(_ASSIGNMENT)
+    return df.with_columns(pl.when(found.list.len() > 0).then(found.list.join(ASSIGNMENT_SEPARATOR)).alias("env_assignments"))
+
+
 #: (literals one of which the text holds, the fields read from such rows)
 _GROUPS: tuple[tuple[tuple[str, ...], Callable[[pl.DataFrame], pl.DataFrame]], ...] = (
     (("cudaDriverVersion ",), _driver),
@@ -222,6 +237,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], Callable[[pl.DataFrame], pl.DataFrame]], .
     ((_LOOPBACK_FALLBACK,), _loopback),
     (("is running ",), _fingerprints),
     (("OpType=", "TensorDtypes="), _tensors),
+    (("NCCL_", "GLOO_", "TORCH_", "MASTER_", "CUDA_", "LD_"), _assignments),
 )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from logsleuth.events import NCCL_ENV, NCCL_NET, WATCHDOG_TIMEOUT
+from logsleuth.parse.fields import ASSIGNMENT_SEPARATOR
 from logsleuth.report.model import Verdict
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier")
@@ -188,11 +189,6 @@ LOG_ENV_ALLOWED = frozenset(
 _NOT_FROM_LOGS = frozenset({"CUDA_VISIBLE_DEVICES"})
 #: Names a log may set that point at a place to connect to (checked before any other reason).
 _ENDPOINTS = frozenset({"MASTER_ADDR", "MASTER_PORT", "NCCL_COMM_ID"})
-#: Besides the families carried over, variables that are only looked for so a note can say they were dropped.
-_ASSIGN = re.compile(
-    r"(?:^|[^A-Za-z0-9_])((?:NCCL|GLOO|TORCH|MASTER|CUDA)_[A-Z0-9_]+|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT)"
-    r"=(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"';)]+)"
-)
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 #: The line prefix that carries a rank's result (JSON) on the worker's stdout.
@@ -436,9 +432,8 @@ def _find_env(events: pl.DataFrame, found: Found) -> None:
     settings = events.filter((pl.col("kind") == NCCL_ENV) & pl.col("env_name").is_not_null()).select("env_name", "env_value")
     for name, value in settings.iter_rows():
         seen.setdefault(name, []).append(value)
-    lines = events.filter(pl.col("message").str.contains(r"(?:NCCL|GLOO|TORCH|MASTER|CUDA)_[A-Z0-9_]+=|LD_[A-Z_]+=")).get_column("message")
-    for text in lines:
-        for name, raw in _ASSIGN.findall(text):
+    for assigned in events.get_column("env_assignments").drop_nulls():  # parse.fields: "NAME=value" per setting
+        for name, _, raw in (item.partition("=") for item in assigned.split(ASSIGNMENT_SEPARATOR)):
             seen.setdefault(name, []).append(raw.strip("'\"") if raw[0] in "'\"" else raw.rstrip(",.:"))
     for name, values in seen.items():
         distinct = list(dict.fromkeys(values))
