@@ -132,33 +132,6 @@ LAUNCHER_EXCEPTIONS = r"(?:ChildFailedError|SignalException|CalledProcessError|P
 #: A hit's weight says how sure its line is of its cause, not which cause comes first.
 STRONG = 0.5
 EVIDENCE_LIMIT = 6
-#: Verdict categories that describe what victims saw; a disagreement between
-#: nodes explains them better (per finding cause).
-SYMPTOMS: dict[str, frozenset[str]] = {
-    "version_mismatch": frozenset(
-        {
-            "peer_failure",
-            "collective_timeout",
-            "collective_mismatch",
-            "unknown",
-            "crash_signal",
-            "import_error",
-            "cuda_error",
-            "rendezvous_timeout",
-            # nodes with different NCCL versions misread each other's bootstrap handle
-            # ("connecting to address with family 0 is neither AF_INET nor AF_INET6")
-            "nccl_wrong_interface",
-        }
-    ),
-    "nccl_wrong_interface": frozenset({"peer_failure", "collective_timeout", "unknown", "master_unreachable", "rendezvous_timeout"}),
-    "env_misconfigured": frozenset({"peer_failure", "collective_timeout", "unknown", "rendezvous_timeout"}),
-    # two ranks on one GPU: NCCL refuses or hangs at init, the processes crash or wait for each other
-    "device_misassignment": frozenset({"peer_failure", "collective_timeout", "unknown", "crash_signal", "rendezvous_timeout"}),
-}
-#: What programs report when their GPU fails under them. A GPU that needs a reset or fell off the bus
-#: is also one CUDA cannot use or see: "CUDA-capable device(s) is/are busy or unavailable", "no CUDA
-#: GPUs are available", an ordinal past the GPUs left (device_misassignment's wordings).
-HARDWARE_SYMPTOMS = frozenset({"cuda_error", "crash_signal", "collective_timeout", "peer_failure", "unknown", "device_misassignment"})
 #: A stalled collective with a SeqNum above this shows the job had been running:
 #: set-up problems (versions, interfaces) are then unlikely to be the cause.
 PROGRESS_SEQ = 2
@@ -239,7 +212,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     focus = ev.join(best, on="eid", how="left").filter(IS_FAILURE | (pl.col("hit_role").is_not_null() & (pl.col("hit_role") != "context")))
     tl = timeline.build(events, focus.get_column("eid"))
     ev = ev.join(tl.order, on="eid", how="left").join(best, on="eid", how="left")
-    ev = _read_exits(_still_retrying(ev), events)
+    ev = _read_exits(_still_retrying(ev), events, rules)
     handled: list[int] = []
     signal = failure_signals(events, hits)
     if _launcher_saw_no_failure(ev):
@@ -268,7 +241,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
     failing = set(attributed.filter(pl.col("own")).get_column("rank").unique().to_list())
     alive = set(attributed.get_column("rank").unique().to_list())
     stopped = set(attributed.filter(pl.col("why") == "stopped by the launcher").get_column("rank").unique().to_list())
-    hang = hangs.analyze(ev, alive, failing, stopped) if failed else None
+    hang = hangs.analyze(ev, alive, failing, stopped, waiting=rules.waiting) if failed else None
     findings = consistency.check(events)
 
     candidates = _candidates(ev, rules)
@@ -278,7 +251,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         # a hang candidate absorbs the rule candidate of the same cause it was built from
         candidates = [lead] + [c for c in candidates if c is not lead and not (lead.role == "hang" and c.cause == lead.cause)]
     candidates = _with_findings(candidates, findings, hang, ev, rules, failed)
-    candidates = _hardware_first(candidates, ev, notes)
+    candidates = _hardware_first(candidates, ev, rules, notes)
     candidates = _init_file_first(candidates, ev, rules, notes)
     if candidates:
         _confidence(candidates)
@@ -299,7 +272,7 @@ def reason(events: pl.DataFrame, hits: pl.DataFrame, rules: RuleSet) -> Reasonin
         lead_now.category if lead_now else None,
         lead_now.cause if lead_now else None,
     )
-    if failed and lead_now is not None and lead_now.category in _ENDED_FROM_OUTSIDE and not (hang and hang.hung):
+    if failed and lead_now is not None and lead_now.category in rules.ended_from_outside and not (hang and hang.hung):
         ranks = _stalled_by_progress(events, ranks, notes)
     if failed and tl.ordering != "timestamps" and events.get_column("file").n_unique() > 1:
         notes.append(f"ordering across files: {tl.note}")
@@ -336,9 +309,6 @@ def _still_retrying(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.with_columns(pl.when(promote).then(pl.lit("primary")).otherwise(pl.col("hit_role")).alias("hit_role"))
 
 
-#: Verdicts that say how a job was ended from outside, not why it stopped making progress:
-#: a rank whose steps stopped well before the others' is then the one to look at.
-_ENDED_FROM_OUTSIDE = ("slurm_time_limit", "slurm_cancelled", "collective_timeout", "rendezvous_timeout")
 #: Steps behind the furthest rank at which a rank counts as stalled (one step apart is timing).
 STALL_STEPS = 2
 #: How a rank found stalled by its progress lines is noted (the suspects read it back).
@@ -493,7 +463,7 @@ def _exit_ranks(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([single.cast({"eid": pl.UInt32}), listed])
 
 
-def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+def _read_exits(ev: pl.DataFrame, events: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     """Set each event's final ``role``, ``why`` it was reread, and whether it is its rank's ``own`` failure."""
     is_exit = pl.col("kind").is_in(EXIT_KINDS)
     teardown = ev.filter((pl.col("kind") == AGENT_TEARDOWN) & pl.col("pid").is_not_null()).select(
@@ -558,7 +528,7 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("hit_role"))
     )
     ev = ev.with_columns(why.alias("why"), role.alias("role"))
-    ev = _late_cancellations(ev)
+    ev = _late_cancellations(ev, rules)
     quiet_rank = ~pl.col("_conseq").fill_null(False) & ~pl.col("_primary").fill_null(False)
     # a traceback cut before its exception line says nothing of its own; printed after lines a rule
     # explains, it is one of theirs (a victim's traceback, the launcher's), not another failure
@@ -571,11 +541,11 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     ).drop("_closed", "_first_srun", "_x_detail", "_x_conseq", "_detail", "_conseq", "_primary")
 
 
-def _late_cancellations(ev: pl.DataFrame) -> pl.DataFrame:
+def _late_cancellations(ev: pl.DataFrame, rules: RuleSet) -> pl.DataFrame:
     """A cancellation or time limit after ranks had already died is the clean-up, not the cause.
 
     A job that hangs after a failure runs until someone scancels it or its time
-    limit ends it; SLURM's line then comes last. It keeps its role only when no
+    limit ends it (``scheduler_ended`` causes); SLURM's line then comes last. It keeps its role only when no
     process had exited and no strong failure line was printed before it.
     """
     is_exit = pl.col("kind").is_in(EXIT_KINDS) & ~pl.col("_torn")
@@ -583,7 +553,7 @@ def _late_cancellations(ev: pl.DataFrame) -> pl.DataFrame:
     before = ev.filter(is_exit | strong.fill_null(False)).get_column("pos").min()
     if before is None:
         return ev
-    late = (pl.col("kind") == SLURM_CANCEL) & pl.col("category").is_in(["slurm_cancelled", "slurm_time_limit"]) & (pl.col("pos") > before)
+    late = (pl.col("kind") == SLURM_CANCEL) & pl.col("category").is_in(sorted(rules.scheduler_ended)) & (pl.col("pos") > before)
     return ev.with_columns(
         pl.when(late).then(pl.lit("context")).otherwise(pl.col("role")).alias("role"),
         pl.when(late).then(pl.lit("ended a job that had already failed")).otherwise(pl.col("why")).alias("why"),
@@ -675,7 +645,7 @@ def _refine(
     split = _split_wait(lead, cands, ev, rules)
     if split is not None:
         return split
-    if lead.category in hangs.WAITING and lead.role != "hang" and hang is not None and hang.hung:
+    if lead.category in rules.waiting and lead.role != "hang" and hang is not None and hang.hung:
         return _hang_candidate(cands, ev, hang, rules, cause=lead.cause)
     if lead.cause == "unknown" and hang is not None and hang.hung:
         # the unexplained errors were ranks giving up waiting (their exit records aside)
@@ -704,7 +674,7 @@ def _refine(
                 f"Rank {rank}{where} left the job without an error while the others still needed it; they failed on the closed connection"
             )
             return lead
-    if lead.role == "primary" and lead.first is None and lead.category not in hangs.WAITING:
+    if lead.role == "primary" and lead.first is None and lead.category not in rules.waiting:
         tied = _simultaneous(ev, lead)
         if tied is not None:
             lead.first = _rank_first(ev, tied, among=lead.eids)
@@ -918,7 +888,7 @@ def _with_findings(
         # a rule already names this category from some rank's line; the comparison
         # across nodes says which node is the odd one, so it names the culprit
         agrees = lead is not None and lead.category == cand.category
-        explains = lead is None or agrees or lead.cause == "unknown" or lead.category in SYMPTOMS.get(f.cause, frozenset())
+        explains = lead is None or agrees or lead.cause == "unknown" or lead.category in rules.symptoms(f.cause)
         strong = f.corroborated or agrees or (f.weight >= 0.7 and not progressed and not named_culprit)
         if failed and promoted is None and explains and strong:
             promoted = cand
@@ -939,14 +909,15 @@ def _with_findings(
     return head + cands + extra
 
 
-def _hardware_first(cands: list[Candidate], ev: pl.DataFrame, notes: list[str]) -> list[Candidate]:
+def _hardware_first(cands: list[Candidate], ev: pl.DataFrame, rules: RuleSet, notes: list[str]) -> list[Candidate]:
     """A GPU the driver reports as faulty (Xid, ECC, fallen off the bus, needing a reset) explains
-    the CUDA errors, crashes, stalls and unusable devices the programs saw, whichever file
-    happens to come first."""
+    the CUDA errors, crashes, stalls and unusable devices the programs saw (the causes that are a
+    ``symptom_of`` gpu_hardware_fault), whichever file happens to come first."""
+    symptoms = rules.symptoms("gpu_hardware_fault")
     fault = next((c for c in cands if c.category == "gpu_hardware_fault" and c.role == "primary" and c.weight >= STRONG), None)
-    if fault is None or (cands[0] is not fault and cands[0].category not in HARDWARE_SYMPTOMS):
+    if fault is None or (cands[0] is not fault and cands[0].category not in symptoms):
         return cands
-    symptom = next((c for c in cands if c.category in HARDWARE_SYMPTOMS), None)
+    symptom = next((c for c in cands if c.category in symptoms), None)
     if cands[0] is not fault:
         notes.append(f"the GPU fault explains the {cands[0].category} the processes reported")
     if symptom is not None and _first_failure(ev, fault).get("rank") is None:
@@ -954,15 +925,11 @@ def _hardware_first(cands: list[Candidate], ev: pl.DataFrame, notes: list[str]) 
     return [fault] + [c for c in cands if c is not fault]
 
 
-#: What ranks report when the file:// init file they met through is stale or not shared:
-#: connects to dead addresses, peers that close on them, waits that never end.
-INIT_FILE_SYMPTOMS = frozenset({"master_unreachable", "peer_failure", "rendezvous_timeout", "collective_timeout", "unknown"})
-
-
 def _init_file_first(cands: list[Candidate], ev: pl.DataFrame, rules: RuleSet, notes: list[str]) -> list[Candidate]:
     """A job that meets through a file:// init file and fails to reach its peers at set-up:
-    the init file (stale, or not shared by every node) explains what the ranks saw."""
-    if not cands or cands[0].category not in INIT_FILE_SYMPTOMS:
+    the init file (stale, or not shared by every node) explains what the ranks saw: connects to dead
+    addresses, peers that close on them, waits that never end (a ``symptom_of`` file_init_error)."""
+    if not cands or cands[0].category not in rules.symptoms("file_init_error"):
         return cands
     uses = ev.filter((pl.col("role") == "context") & (pl.col("cause") == "file_init_error")).sort("pos")
     lead = cands[0]
