@@ -57,7 +57,9 @@ def test_a_misspelt_key_fails_to_load(tmp_path) -> None:
 
 
 def test_overriding_a_cause_keeps_its_relations_and_texts(tmp_path) -> None:
-    (tmp_path / "causes.toml").write_text('[cause.collective_timeout]\ntitle = "Ours"\nfix = ["Call us."]\n[cause.none]\ntitle = "All good"\n')
+    (tmp_path / "causes.toml").write_text(
+        '[cause.collective_timeout]\ntitle = "Ours"\nfix = ["Call us."]\n[cause.none]\ntitle = "All good"\n'
+    )
     ours = rulebook.load([tmp_path])
     assert ours.cause("collective_timeout").title == "Ours" and "collective_timeout" in ours.waiting
     assert ours.symptoms("version_mismatch") == RULES.symptoms("version_mismatch")
