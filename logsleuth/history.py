@@ -75,7 +75,7 @@ from typing import Any, TypeVar
 
 import polars as pl
 
-from . import __version__
+from . import __version__, rulebook
 from .files import READ_UNTRUSTED, write_atomic
 from .parquet_bounds import _FOOTER, Malformed, Shape, _struct, footer_start, inspect
 from .parquet_bounds import inspect as _inspect
@@ -107,8 +107,14 @@ SCHEMA: dict[str, pl.DataType] = {
     "problems": pl.List(pl.String()),  # what could not be read, per input
 }
 _IMPLICATED = ("culprit", "failed")
-#: Jobs stopped from outside: the node they stopped on says nothing about the node.
-NOT_NODE_FAULTS = ("slurm_cancelled", "slurm_time_limit")
+
+
+def _not_node_faults() -> list[str]:
+    """Categories of jobs the scheduler stopped (``scheduler_ended`` in rules/causes.toml): the node
+    they stopped on says nothing about the node."""
+    return sorted(rulebook.load().scheduler_ended)
+
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -1113,7 +1119,7 @@ def _partials(lf: pl.LazyFrame, *, since: datetime | None, now: datetime) -> dic
             last_week=pl.col("_last").sum(),
         ),
         "nodes": exploded.group_by("node", "category", "cause").agg(n=pl.len(), first=t.min(), last=t.max()),
-        "writers": exploded.filter(~pl.col("category").is_in(NOT_NODE_FAULTS)).select("node", "writer").drop_nulls().unique(),
+        "writers": exploded.filter(~pl.col("category").is_in(_not_node_faults())).select("node", "writer").drop_nulls().unique(),
         "days": failures.drop_nulls("time").group_by(t.dt.date().alias("day"), "category").agg(n=pl.len()),
     }
     got = pl.collect_all(list(queries.values()), engine="streaming")
@@ -1193,7 +1199,7 @@ def _summary(parts: dict[str, pl.DataFrame], *, by: str, top: int, now: datetime
     verdicts, n_fail = totals["verdicts"] or 0, totals["failures"] or 0
     nodes = (
         parts["nodes"]
-        .filter(~pl.col("category").is_in(NOT_NODE_FAULTS))
+        .filter(~pl.col("category").is_in(_not_node_faults()))
         .group_by("node", "category")
         .agg(pl.col("n").sum(), pl.col("first").min(), pl.col("last").max())
         .group_by("node")

@@ -3,8 +3,11 @@
 Rules are data (TOML, one file per area in rules/). A rule names a cause, its
 patterns, where they apply, how much a hit weighs and what role it plays, the
 explanation and fix a person reads, and examples that must and must not match.
-Causes (rules/causes.toml) hold the per-cause explanation and fix, and give
-finer causes their taxonomy parent. Loading a file never runs code.
+Causes (rules/causes.toml) hold the per-cause explanation and fix, give
+finer causes their taxonomy parent, say how causes relate (``symptom_of``,
+``waits``, ``scheduler_ended``: what the reasoner reads across ranks) and
+hold the texts of the verdicts that name no cause (``unknown``, ``none`` and
+their readings). Loading a file never runs code.
 """
 
 from __future__ import annotations
@@ -42,8 +45,27 @@ class RuleError(Exception):
 
 
 @dataclass(frozen=True)
+class Reading:
+    """One way a verdict that names no cause reads (``unknown`` when nothing but set-up lines
+    were seen, ``none`` without a line that shows the job ending): its title, summary and fix."""
+
+    name: str
+    title: str
+    summary: str
+    fix: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Cause:
-    """A cause a verdict can name: a taxonomy id or a finer id with its parent."""
+    """A cause a verdict can name: a taxonomy id or a finer id with its parent.
+
+    The relations (taxonomy causes only; a finer cause shares its parent's, as the reasoner reads
+    categories): ``symptom_of`` names the causes that explain this one when both are seen (a
+    disagreement between nodes, a faulty GPU, a file:// init file), ``waits`` marks what ranks
+    report while waiting for others (a timeout: the rank that never came is the culprit), and
+    ``scheduler_ended`` a job the scheduler ended (no node's fault; after a failure, its clean-up).
+    ``summary``, ``located`` and ``readings`` are the texts of the causes no rule names
+    (``unknown``, ``none``)."""
 
     id: str
     parent: str
@@ -51,6 +73,12 @@ class Cause:
     explanation: str
     fix: tuple[str, ...]
     references: tuple[str, ...] = ()
+    symptom_of: tuple[str, ...] = ()
+    waits: bool = False
+    scheduler_ended: bool = False
+    summary: str = ""
+    located: str = ""  # the summary when the first failing rank or node is known: {where} names it
+    readings: tuple[Reading, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +139,33 @@ class RuleSet:
     def by_id(self) -> dict[str, Rule]:
         return {r.id: r for r in self.rules}
 
+    def symptoms(self, of: str) -> frozenset[str]:
+        """The causes that ``of`` explains when both are seen (they name it in ``symptom_of``)."""
+        return frozenset(c.id for c in self.causes.values() if of in c.symptom_of)
+
+    @functools.cached_property
+    def waiting(self) -> frozenset[str]:
+        """Causes that ranks report while waiting for others (collective and rendezvous timeouts)."""
+        return frozenset(c.id for c in self.causes.values() if c.waits)
+
+    @functools.cached_property
+    def scheduler_ended(self) -> frozenset[str]:
+        """Causes that say the scheduler ended the job (a cancellation, a time limit): no node's fault."""
+        return frozenset(c.id for c in self.causes.values() if c.scheduler_ended)
+
+    @functools.cached_property
+    def ended_from_outside(self) -> frozenset[str]:
+        """Causes that say how a job was ended from outside (a timeout, the scheduler), not why it
+        stopped making progress."""
+        return self.waiting | self.scheduler_ended
+
+    def reading(self, cause_id: str, name: str | None = None) -> Reading:
+        """A cause's title, summary and fix, or those of its reading ``name`` (the cause's own
+        when it has no such reading)."""
+        cause = self.cause(cause_id)
+        own = Reading("", cause.title, cause.summary, cause.fix)
+        return next((r for r in cause.readings if r.name == name), own) if name else own
+
     @functools.cached_property
     def digest(self) -> str:
         """A short hash of what the rules say, not where they live: a stored verdict made under
@@ -157,13 +212,15 @@ def _load(folders: list[Path]) -> RuleSet:
     for folder, paths in files.items():
         for path in paths:
             data = parsed[str(path)]
-            for cause in _causes(path, data, problems):
+            for cause in _causes(path, data, problems, causes):
                 causes[cause.id] = cause
             for rule in _rules(path, data, problems, trusted=folder == BUILTIN_RULES):
                 rules[rule.id] = rule
+    ruleset = RuleSet(rules=list(rules.values()), causes=causes, sources=[str(f) for f in folders])
+    problems += relation_problems(ruleset)
     if problems:
         raise RuleError("\n".join(problems))
-    return RuleSet(rules=list(rules.values()), causes=causes, sources=[str(f) for f in folders])
+    return ruleset
 
 
 def _rule_files(folder: Path) -> list[Path]:
@@ -303,7 +360,27 @@ def _tuple(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def _causes(path: Path, data: Mapping[str, Any], problems: list[str]) -> Iterable[Cause]:
+#: What a [cause.<id>] table may hold.
+_CAUSE_KEYS = {
+    "parent",
+    "title",
+    "explanation",
+    "fix",
+    "references",
+    "symptom_of",
+    "waits",
+    "scheduler_ended",
+    "summary",
+    "located",
+    "readings",
+}
+#: Relations and texts a later file's table keeps from the earlier one when it does not give them
+#: (overriding a cause's fix must not drop what the reasoner knows about it).
+_KEPT_ON_OVERRIDE = ("symptom_of", "waits", "scheduler_ended", "summary", "located", "readings")
+_RELATIONS = ("symptom_of", "waits", "scheduler_ended")
+
+
+def _causes(path: Path, data: Mapping[str, Any], problems: list[str], earlier: Mapping[str, Cause] | None = None) -> Iterable[Cause]:
     lines = _lines(path)
     table = data.get("cause") or {}
     if not isinstance(table, dict):
@@ -314,6 +391,10 @@ def _causes(path: Path, data: Mapping[str, Any], problems: list[str]) -> Iterabl
         if not isinstance(body, dict):
             problems.append(f"{where}: cause.{cid} must be a table")
             continue
+        unknown = sorted(set(body) - _CAUSE_KEYS)
+        if unknown:
+            problems.append(f"{where}: cause {cid!r}: unknown key(s) {', '.join(unknown)}")
+            continue
         parent = body.get("parent", cid)
         if parent not in TAXONOMY:
             problems.append(f"{where}: cause {cid!r}: parent {parent!r} is not a taxonomy id")
@@ -321,14 +402,62 @@ def _causes(path: Path, data: Mapping[str, Any], problems: list[str]) -> Iterabl
         if cid not in TAXONOMY and parent == cid:
             problems.append(f"{where}: finer cause {cid!r} must name its taxonomy parent")
             continue
-        yield Cause(
+        if parent != cid and any(k in body for k in _RELATIONS):
+            problems.append(f"{where}: finer cause {cid!r} shares its parent's relations; give them on [cause.{parent}]")
+            continue
+        bad = [k for k in ("waits", "scheduler_ended") if k in body and not isinstance(body[k], bool)]
+        if bad or not isinstance(body.get("symptom_of", []), list):
+            problems.append(f"{where}: cause {cid!r}: symptom_of must be a list of cause ids, waits and scheduler_ended true or false")
+            continue
+        readings = _readings(where, cid, body.get("readings"), problems)
+        if readings is None:
+            continue
+        cause = Cause(
             id=cid,
             parent=parent,
             title=str(body.get("title", cid)),
             explanation=_prose(body.get("explanation")),
             fix=_tuple(body.get("fix")),
             references=_tuple(body.get("references")),
+            symptom_of=_tuple(body.get("symptom_of")),
+            waits=bool(body.get("waits", False)),
+            scheduler_ended=bool(body.get("scheduler_ended", False)),
+            summary=_prose(body.get("summary")),
+            located=_prose(body.get("located")),
+            readings=readings,
         )
+        before = (earlier or {}).get(cid)
+        if before is not None:
+            cause = replace(cause, **{k: getattr(before, k) for k in _KEPT_ON_OVERRIDE if k not in body})
+        yield cause
+
+
+def _readings(where: str, cid: str, value: Any, problems: list[str]) -> tuple[Reading, ...] | None:
+    """[cause.<id>.readings.<name>] tables (title, summary, fix), or None after a problem."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        problems.append(f"{where}: cause {cid!r}: readings must be tables [cause.{cid}.readings.<name>]")
+        return None
+    out = []
+    for name, body in value.items():
+        unknown = sorted(set(body) - {"title", "summary", "fix"})
+        if unknown:
+            problems.append(f"{where}: cause {cid!r}: reading {name!r}: unknown key(s) {', '.join(unknown)}")
+            return None
+        out.append(Reading(str(name), str(body.get("title", name)), _prose(body.get("summary")), _tuple(body.get("fix"))))
+    return tuple(out)
+
+
+def relation_problems(rules: RuleSet) -> list[str]:
+    """Every cause a relation names is known (a taxonomy id or a cause of the files)."""
+    known = set(TAXONOMY) | set(rules.causes)
+    return [
+        f"cause {c.id!r}: symptom_of names {other!r}, which is neither a taxonomy id nor in causes.toml"
+        for c in rules.causes.values()
+        for other in c.symptom_of
+        if other not in known
+    ]
 
 
 _RULE_KEYS = {

@@ -14,6 +14,7 @@ desync, not a straggler.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -21,8 +22,6 @@ import polars as pl
 from logsleuth.events import GLOO_TIMEOUT, WATCHDOG_TIMEOUT
 
 #: Gloo's own timeout (also inside a traceback's exception line) and monitored_barrier's.
-#: Causes whose lines say "I waited for the others and gave up": the rank that never came is the culprit.
-WAITING = ("collective_timeout", "rendezvous_timeout")
 #: Lines in which a rank says it gave up waiting for others (parse.fields reads what for).
 IS_WAIT = pl.col("wait").is_not_null()
 #: ... on the rendezvous store (the process group never formed), not on a collective.
@@ -65,12 +64,16 @@ class Hang:
         }
 
 
-def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[int] | None = None) -> Hang | None:
+def analyze(
+    ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[int] | None = None, *, waiting: Collection[str] = ()
+) -> Hang | None:
     """Read the timeout lines of ``ev`` (eid, pos, rank, kind, message, seq, op, numel, ...).
 
     ``alive``: ranks known to have run (they printed, or were killed); ``failing``:
     ranks with a failure of their own, which are never called hung; ``stopped``:
-    ranks the launcher had to kill at the end (still running: a sign of a hang).
+    ranks the launcher had to kill at the end (still running: a sign of a hang); ``waiting``:
+    the categories whose lines say "I waited for the others and gave up" (``waits`` in
+    rules/causes.toml: the rank that never came is the culprit).
 
     Process groups are told apart by their ``[PG n ...]`` tag; when some lines
     lack it (older PyTorch), all lines are read as one group. When the silent
@@ -81,7 +84,7 @@ def analyze(ev: pl.DataFrame, alive: set[int], failing: set[int], stopped: set[i
     ranked = ev.filter(pl.col("rank").is_not_null())
     wd = ranked.filter(pl.col("kind") == WATCHDOG_TIMEOUT)
     # ranks that waited for others and gave up: collective timeouts, and store/rendezvous waits
-    timeout_hit = pl.col("category").is_in(WAITING).fill_null(False) if "category" in ev.columns else pl.lit(False)
+    timeout_hit = pl.col("category").is_in(sorted(waiting)).fill_null(False) if "category" in ev.columns else pl.lit(False)
     gloo = ranked.filter(
         (pl.col("kind") != WATCHDOG_TIMEOUT)
         & ((pl.col("kind") == GLOO_TIMEOUT) | (pl.col("wait") == "collective").fill_null(False) | timeout_hit)

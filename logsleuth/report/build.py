@@ -18,39 +18,14 @@ from logsleuth.taxonomy import TAXONOMY
 
 from .model import CandidateOut, Evidence, FirstFailure, InputOut, RankOut, Report, SuspectNodeOut, Verdict
 
-_NONE_SUMMARY = "No failure found in the inputs: the job ran to completion."
-_UNFINISHED_SUMMARY = (
-    "No failure found in the inputs: the job was at work and no line read shows it failing, but none shows it ending"
-    " either. If it hung or was killed without a message, the cause is after the last line read."
-)
-_UNFINISHED_FIX = (
-    "If the job did not finish, give logsleuth the whole log of every rank, including the launcher's and SLURM's output"
-    " (a paste cut before the end cannot show why the job ended).",
-    "If it hung, re-run with NCCL_DEBUG=INFO, TORCH_DISTRIBUTED_DEBUG=DETAIL and a collective timeout"
-    " (init_process_group(timeout=...)) so that a hang ends with an error that names the stuck collective.",
-)
-_UNKNOWN_SUMMARY = "The job failed, but no known cause matches its messages; the first failure lines are shown as evidence."
-_QUIET_SUMMARY = (
-    "No failure found, but nothing in the inputs shows the job at work or finishing either: they hold only"
-    " set-up lines (initialisation, banners), so they may stop before the failure. The last lines read are shown."
-)
-_QUIET_FIX = (
-    "Give logsleuth the whole log of every rank (a paste cut after start-up cannot show why the job ended).",
-    "If the job hung after these lines, re-run with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL, and a timeout"
-    " (init_process_group(timeout=...)) so that a hang ends with an error that names the stuck collective.",
-)
-_UNKNOWN_FIX = (
-    "Read the evidence lines: they are the earliest failures in the logs.",
-    "Re-run with NCCL_DEBUG=INFO, TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_SHOW_CPP_STACKTRACES=1 to get more detail.",
-    "If this is a new failure pattern, add a rule (see `logsleuth rules --help`) so it is recognised next time.",
-)
-#: The readings of a job no cause explains: (title, summary, fix) for a failure no rule knows, a paste of
-#: set-up lines only, a clean run that shows its ending, and one that does not.
-_NO_CAUSE: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "unknown": ("Unknown failure", _UNKNOWN_SUMMARY, _UNKNOWN_FIX),
-    "quiet": ("Not enough to tell", _QUIET_SUMMARY, _QUIET_FIX),
-    "none": ("No failure", _NONE_SUMMARY, ()),
-    "unfinished": ("No failure seen", _UNFINISHED_SUMMARY, _UNFINISHED_FIX),
+#: The readings of a job no cause explains, as (cause, reading) in rules/causes.toml, whose entries hold
+#: their title, summary and fix: a failure no rule knows, a paste of set-up lines only, a clean run that
+#: shows its ending, and one that does not.
+_NO_CAUSE: dict[str, tuple[str, str | None]] = {
+    "unknown": ("unknown", None),
+    "quiet": ("unknown", "quiet"),
+    "none": ("none", None),
+    "unfinished": ("none", "unfinished"),
 }
 
 
@@ -138,7 +113,7 @@ def build(
     if lead is not None and lead.category not in ("none", "unknown") and lead.eids:
         verdict = _cause_verdict(events, lead, reasoning, rules, rules_by_id, best_rule)
     else:
-        verdict = _unknown_verdict(events, lead, reasoning, best_rule)
+        verdict = _unknown_verdict(events, lead, reasoning, rules, best_rule)
     candidates = [CandidateOut(c.cause, c.category, c.confidence, c.rules, len(c.eids), c.ranks) for c in cands] or [
         CandidateOut(verdict.cause, verdict.category, verdict.confidence)
     ]
@@ -227,8 +202,11 @@ def _cause_verdict(
     )
 
 
-def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Reasoning, best_rule: Mapping[int, str]) -> Verdict:
-    """No recognised cause: ``unknown`` with the first failure's lines, or ``none`` for a clean run."""
+def _unknown_verdict(
+    events: pl.DataFrame, lead: Candidate | None, reasoning: Reasoning, rules: RuleSet, best_rule: Mapping[int, str]
+) -> Verdict:
+    """No recognised cause: ``unknown`` with the first failure's lines, or ``none`` for a clean run
+    (texts from rules/causes.toml)."""
     ff = reasoning.first_failure
     if lead is not None:
         failures = lead.eids
@@ -246,9 +224,11 @@ def _unknown_verdict(events: pl.DataFrame, lead: Candidate | None, reasoning: Re
         failures = last_lines.get_column("eid").to_list()
     # which of the four no-cause readings this is: its title, summary and fix
     kind = "quiet" if quiet else category if category == "unknown" or reasoning.ended else "unfinished"
-    title, summary, fix = _NO_CAUSE[kind]
-    if category == "unknown" and not quiet and (ff.get("rank") is not None or ff.get("node")):
-        summary = f"{_where_phrase(ff.get('rank'), ff.get('node')).capitalize()} failed first, but no known cause matches its messages; its lines are shown as evidence."
+    reading = rules.reading(*_NO_CAUSE[kind])
+    title, summary, fix = reading.title, reading.summary, reading.fix
+    located = rules.cause(category).located
+    if category == "unknown" and not quiet and located and (ff.get("rank") is not None or ff.get("node")):
+        summary = _Lenient().format(located, where=_where_phrase(ff.get("rank"), ff.get("node")).capitalize())
         summary += _cascade_sentence(reasoning)
     verdict = Verdict(
         cause=category,
