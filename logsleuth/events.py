@@ -203,6 +203,7 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "optype": pl.String(),  # its OpType
     "tensor_numel": pl.Int64(),  # the element count of its TensorShape
     "dtype": pl.String(),  # its TensorDtypes
+    "wording": pl.String(),  # the message with its numbers and addresses masked ("#"): the same words on two ranks
     "env_assignments": pl.String(),  # settings a line assigns ("NCCL_IB_HCA=mlx5_0"), joined by parse.fields.ASSIGNMENT_SEPARATOR
     # what a line's words tell the reasoner (every row: true or false)
     "shutdown_noise": pl.Boolean(),  # ends a run without being a failure: "Exception ignored in", a warning

@@ -225,6 +225,10 @@ def _assignments(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.when(found.list.len() > 0).then(found.list.join(ASSIGNMENT_SEPARATOR)).alias("env_assignments"))
 
 
+#: Numbers and addresses, which differ between ranks that failed the same way.
+_NUMBERS = r"0x[0-9a-fA-F]+|\d+"
+
+
 #: (literals one of which the text holds, the fields read from such rows)
 _GROUPS: tuple[tuple[tuple[str, ...], Callable[[pl.DataFrame], pl.DataFrame]], ...] = (
     (("cudaDriverVersion ",), _driver),
@@ -245,4 +249,4 @@ def annotate(df: pl.DataFrame) -> pl.DataFrame:
     """Fill the text fields of every row (rows without any of a group's literals are left alone)."""
     for literals, read in _GROUPS:
         df = on_rows_with(df, literals, read)
-    return _says(df)
+    return _says(df).with_columns(pl.col("msg").str.replace_all(_NUMBERS, "#").alias("wording"))

@@ -172,8 +172,8 @@ def _simultaneous(ev: pl.DataFrame, lead: Candidate) -> int | None:
     own = mine.filter(pl.col("rank").is_not_null())
     per_rank = own.group_by("rank").agg(pl.col("t").min(), pl.col("pos").min().alias("p"))
     # "the same way" means the same words (numbers aside): a victim quoting the culprit's error differs
-    said = own.filter(~pl.col("kind").is_in(EXIT_KINDS)).sort("pos").group_by("rank").agg(pl.col("message").first())
-    if said.get_column("message").str.replace_all(r"0x[0-9a-fA-F]+|\d+", "#").n_unique() > 1:
+    said = own.filter(~pl.col("kind").is_in(EXIT_KINDS)).sort("pos").group_by("rank").agg(pl.col("wording").first())
+    if said.get_column("wording").n_unique() > 1:
         return None
     if per_rank.height < 2:
         # errors raised before init_process_group carry no rank prefix: the same message from
