@@ -253,24 +253,26 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def matching(df: pl.DataFrame, literals: tuple[str, ...] = (), pattern: str | None = None, *, column: str = "message") -> pl.Series:
-    """Rows whose ``column`` contains one of ``literals`` or matches ``pattern``.
-
-    Every rank of a big job repeats the same warnings: in a big table each distinct
-    text is tested once (hashing a hundred thousand copies is cheaper than scanning
-    each with a few hundred literals). A small table is tested as it is: there the
-    hashing and joining back would cost more than the test.
-    """
-    msg = df.get_column(column)
+    """Rows whose ``column`` contains one of ``literals`` or matches ``pattern``."""
     tests = [pl.col(column).str.contains_any(list(literals))] if literals else []
     tests += [pl.col(column).str.contains(pattern)] if pattern is not None else []
     if not tests:
-        return pl.repeat(False, msg.len(), dtype=pl.Boolean, eager=True)
-    tested = msg.unique() if msg.len() > DISTINCT_FROM else msg
-    hit = pl.any_horizontal(tests)
-    mask = tested.to_frame().select(hit.fill_null(False)).to_series()
-    if tested is msg:
-        return mask
-    return msg.is_in(tested.filter(mask).implode()).fill_null(False)
+        return pl.repeat(False, df.height, dtype=pl.Boolean, eager=True)
+    return per_text(df.select(column), {"_hit": pl.any_horizontal(tests).fill_null(False)}, column=column).get_column("_hit")
+
+
+def per_text(df: pl.DataFrame, columns: Mapping[str, pl.Expr], *, column: str = "message") -> pl.DataFrame:
+    """``df`` with ``columns`` added, expressions that read only ``column``.
+
+    Every rank of a big job repeats the same warnings: in a big table each distinct
+    text is computed once and joined back (hashing a hundred thousand copies is cheaper
+    than scanning each with a few hundred literals). A small table is computed as it is:
+    there the hashing and joining back would cost more than the work.
+    """
+    if df.height <= DISTINCT_FROM:
+        return df.with_columns(**columns)
+    distinct = df.select(pl.col(column).unique()).with_columns(**columns)
+    return df.join(distinct, on=column, how="left", maintain_order="left", nulls_equal=True)
 
 
 #: Tables up to this many rows are tested row by row, bigger ones once per distinct text.

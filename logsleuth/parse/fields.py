@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import polars as pl
 
-from logsleuth.events import matching
+from logsleuth.events import matching, per_text
 
-from .common import field, integer, on_rows_with
+from .common import field, integer
 from .python import SHOWN_SOURCE
 
 #: The CUDA driver version a process found (NCCL INFO ``cudaDriverVersion 12020``).
@@ -78,25 +78,34 @@ _SETUP = (
 
 
 def _says(df: pl.DataFrame) -> pl.DataFrame:
-    """The Boolean columns of what a line's words say (each text tested once: matching)."""
+    """The columns of what a line's words say: flags, and the wording (each distinct text once: per_text)."""
+    msg = pl.col("msg")
 
-    def has(pattern: str) -> pl.Series:
-        return matching(df, pattern=pattern, column="msg")
+    def has(pattern: str) -> pl.Expr:
+        return msg.str.contains(pattern).fill_null(False)
 
-    with_detail = df.select(pl.concat_str([pl.col("msg"), pl.col("detail").fill_null("")], separator=" ").alias("_text"))
-    return df.with_columns(
-        has(_SHUTDOWN_NOISE).alias("shutdown_noise"),
-        has(_GLOG_NOT_ERROR).alias("glog_below_error"),
-        (has(_STILL_CONNECTING) & ~has(_UNUSABLE_ADDRESS)).alias("retrying"),
-        has(NCCL_ERROR_RETURN).alias("nccl_error"),
-        (has(_PROGRESS) & ~has(SHOWN_SOURCE)).alias("progress"),
-        has(_ENDED_WELL).alias("ended_well"),
-        (has(_SOCKET_FAILED) & (df.get_column("source") == "nccl")).alias("socket_failed"),
-        matching(with_detail, pattern=_SETUP, column="_text").alias("at_setup"),
-        has("(?i)last enqueued").alias("says_enqueued"),
-        has("NCCL").alias("says_nccl"),
-        has(r"(?i)\bgloo\b|ProcessGroupGloo|WorkGloo").alias("says_gloo"),
+    said = per_text(
+        df,
+        {
+            "shutdown_noise": has(_SHUTDOWN_NOISE),
+            "glog_below_error": has(_GLOG_NOT_ERROR),
+            "retrying": has(_STILL_CONNECTING) & ~has(_UNUSABLE_ADDRESS),
+            "nccl_error": has(NCCL_ERROR_RETURN),
+            "progress": has(_PROGRESS) & ~has(SHOWN_SOURCE),
+            "ended_well": has(_ENDED_WELL),
+            "_socket_words": has(_SOCKET_FAILED),
+            "says_enqueued": has("(?i)last enqueued"),
+            "says_nccl": has("NCCL"),
+            "says_gloo": has(r"(?i)\bgloo\b|ProcessGroupGloo|WorkGloo"),
+            "wording": msg.str.replace_all(_NUMBERS, "#"),
+        },
+        column="msg",
     )
+    with_detail = df.select(pl.concat_str([pl.col("msg"), pl.col("detail").fill_null("")], separator=" ").alias("_text"))
+    return said.with_columns(
+        (pl.col("_socket_words") & (pl.col("source") == "nccl")).alias("socket_failed"),
+        matching(with_detail, pattern=_SETUP, column="_text").alias("at_setup"),
+    ).drop("_socket_words")
 
 
 def _driver(df: pl.DataFrame) -> pl.DataFrame:
@@ -246,7 +255,17 @@ _GROUPS: tuple[tuple[tuple[str, ...], Callable[[pl.DataFrame], pl.DataFrame]], .
 
 
 def annotate(df: pl.DataFrame) -> pl.DataFrame:
-    """Fill the text fields of every row (rows without any of a group's literals are left alone)."""
-    for literals, read in _GROUPS:
-        df = on_rows_with(df, literals, read)
-    return _says(df).with_columns(pl.col("msg").str.replace_all(_NUMBERS, "#").alias("wording"))
+    """Fill the text fields of every row (rows without any of a group's literals are left alone).
+
+    Which groups a row belongs to is decided for every group at once, each distinct text once."""
+    names = [f"_group{i}" for i in range(len(_GROUPS))]
+    df = per_text(
+        df,
+        {name: pl.col("msg").str.contains_any(list(literals)).fill_null(False) for name, (literals, _) in zip(names, _GROUPS, strict=True)},
+        column="msg",
+    )
+    for name, (_, read) in zip(names, _GROUPS, strict=True):
+        mask = df.get_column(name)
+        if mask.any():
+            df = pl.concat([df.filter(~mask), read(df.filter(mask))], how="diagonal_relaxed")
+    return _says(df.drop(names))
