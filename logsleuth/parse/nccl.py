@@ -48,7 +48,12 @@ TRIGGERS = (
     "Bootstrap",
     "NET/",
     "NCCL_",
-    " -> ",  # an error return unwinding: "init.cc:1234 -> 2"
+    # an error return unwinding, "init.cc:1234 -> 2", named by its source file (.cc/.cu/.h, a
+    # plugin's .c): " -> " alone is in every "Channel 00/0 : 0[0] -> 1[1]" and "Ring" line
+    ".cc:",
+    ".cu:",
+    ".h:",
+    ".c:",
 )
 
 KINDS = (
