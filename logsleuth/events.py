@@ -7,7 +7,7 @@ into one row (a Python traceback, a torchrun failure entry).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import polars as pl
 
@@ -262,16 +262,22 @@ def matching(df: pl.DataFrame, literals: tuple[str, ...] = (), pattern: str | No
 
 
 def per_text(df: pl.DataFrame, columns: Mapping[str, pl.Expr], *, column: str = "message") -> pl.DataFrame:
-    """``df`` with ``columns`` added, expressions that read only ``column``.
+    """``df`` with ``columns`` added, expressions that read only ``column`` (see per_distinct)."""
+    return per_distinct(df, lambda texts: texts.with_columns(**columns), column=column)
+
+
+def per_distinct(df: pl.DataFrame, compute: Callable[[pl.DataFrame], pl.DataFrame], *, column: str = "message") -> pl.DataFrame:
+    """``df`` with the columns ``compute`` adds, a function of ``column`` alone, row by row.
 
     Every rank of a big job repeats the same warnings: in a big table each distinct
     text is computed once and joined back (hashing a hundred thousand copies is cheaper
     than scanning each with a few hundred literals). A small table is computed as it is:
-    there the hashing and joining back would cost more than the work.
+    there the hashing and joining back would cost more than the work. ``compute`` may
+    reorder rows; its new columns must not be in ``df`` already.
     """
     if df.height <= DISTINCT_FROM:
-        return df.with_columns(**columns)
-    distinct = df.select(pl.col(column).unique()).with_columns(**columns)
+        return compute(df)
+    distinct = compute(df.select(pl.col(column).unique()))
     return df.join(distinct, on=column, how="left", maintain_order="left", nulls_equal=True)
 
 

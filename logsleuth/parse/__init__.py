@@ -13,6 +13,7 @@ from logsleuth import events
 from logsleuth.events import matching
 
 from . import fields, identity, mpi, nccl, prefixes, python, slurm, torch
+from .common import with_columns_of
 
 #: The parser modules, each declaring ``TRIGGERS`` (literals one of which is in every line it
 #: claims, folds or reads), ``KINDS`` (the event kinds it emits) and ``EXAMPLES`` (text -> fields
@@ -156,10 +157,7 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     """Parse kept lines (file, line, raw) into the event table (events.SCHEMA)."""
     if lines.is_empty():
         return events.empty()
-    df = prefixes.peel(lines, years)
-    df = df.with_columns(
-        pl.lit(None, dtype=dtype).alias(name) for name, dtype in events.SCHEMA.items() if name not in df.columns and name != "message"
-    )
+    df = with_columns_of(prefixes.peel(lines, years), "kind")
     df, tracebacks = python.fold(df)
     df, failures = torch.fold_failure_tables(df)
     df, reports = mpi.fold(df)
@@ -176,6 +174,7 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         .otherwise(pl.lit("info"))
     )
     plain = pl.col("kind").is_null()
+    df = with_columns_of(df, "exit_code")
     df = df.with_columns(
         pl.col("kind").fill_null(events.LINE),
         pl.when(plain & msg.str.contains(_ALLOC_ABORT)).then(pl.lit("fatal")).otherwise(pl.col("level").fill_null(level)).alias("level"),
@@ -188,8 +187,7 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     df = pl.concat([df, tracebacks, failures, reports], how="diagonal_relaxed")
     df = torch.enrich(df)
     df = nccl.attribute_ranks(df)
-    df = fields.annotate(df)
-    df = df.with_columns(
+    df = with_columns_of(fields.annotate(df), "block_start", "node").with_columns(
         pl.coalesce("block_start", "line").alias("block_start"),
         pl.coalesce("node", "host").alias("node"),
         pl.col("msg").str.extract(_ADDRESS, 1).alias("address"),

@@ -8,7 +8,7 @@ from typing import TypeAlias
 
 import polars as pl
 
-from logsleuth.events import matching
+from logsleuth.events import SCHEMA, matching
 
 #: A parser's example: text as a log has it (one line, or a block of lines) and fields of the event it
 #: must give. tests/parse/test_declared.py runs each one through ingest with the prefilter on, in the
@@ -47,10 +47,21 @@ def claim(df: pl.DataFrame, cond: pl.Expr, columns: Mapping[str, pl.Expr]) -> pl
     take = cond.fill_null(False) & pl.col("kind").is_null()
     if not df.select(take.any()).item():  # most claims match nothing: skip building their columns
         return df
+    df = with_columns_of(df, *columns)
     exprs = [
         pl.when(take).then(value.cast(df.schema[name], strict=False)).otherwise(pl.col(name)).alias(name) for name, value in columns.items()
     ]
     return df.with_columns(exprs)
+
+
+def with_columns_of(df: pl.DataFrame, *names: str) -> pl.DataFrame:
+    """``df`` with the event table's columns ``names`` it lacks, as nulls of their dtype.
+
+    The table stays narrow while parsers work on it (each filter, concat and join copies every
+    column): a column is added when a parser first sets or reads it, the rest by events.conform.
+    """
+    missing = [name for name in names if name not in df.columns]
+    return df.with_columns(pl.lit(None, dtype=SCHEMA[name]).alias(name) for name in missing) if missing else df
 
 
 def short_host(expr: pl.Expr) -> pl.Expr:

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import polars as pl
 
-from logsleuth.events import matching, per_text
+from logsleuth.events import matching, per_distinct
 
-from .common import field, integer
+from .common import field, integer, with_columns_of
 from .python import SHOWN_SOURCE
 
 #: The CUDA driver version a process found (NCCL INFO ``cudaDriverVersion 12020``).
@@ -77,16 +77,15 @@ _SETUP = (
 )
 
 
-def _says(df: pl.DataFrame) -> pl.DataFrame:
-    """The columns of what a line's words say: flags, and the wording (each distinct text once: per_text)."""
+def _says(texts: pl.DataFrame) -> pl.DataFrame:
+    """The columns of what a line's words say: flags, and the wording."""
     msg = pl.col("msg")
 
     def has(pattern: str) -> pl.Expr:
         return msg.str.contains(pattern).fill_null(False)
 
-    said = per_text(
-        df,
-        {
+    return texts.with_columns(
+        **{
             "shutdown_noise": has(_SHUTDOWN_NOISE),
             "glog_below_error": has(_GLOG_NOT_ERROR),
             "retrying": has(_STILL_CONNECTING) & ~has(_UNUSABLE_ADDRESS),
@@ -98,14 +97,8 @@ def _says(df: pl.DataFrame) -> pl.DataFrame:
             "says_nccl": has("NCCL"),
             "says_gloo": has(r"(?i)\bgloo\b|ProcessGroupGloo|WorkGloo"),
             "wording": msg.str.replace_all(_NUMBERS, "#"),
-        },
-        column="msg",
+        }
     )
-    with_detail = df.select(pl.concat_str([pl.col("msg"), pl.col("detail").fill_null("")], separator=" ").alias("_text"))
-    return said.with_columns(
-        (pl.col("_socket_words") & (pl.col("source") == "nccl")).alias("socket_failed"),
-        matching(with_detail, pattern=_SETUP, column="_text").alias("at_setup"),
-    ).drop("_socket_words")
 
 
 def _driver(df: pl.DataFrame) -> pl.DataFrame:
@@ -255,17 +248,25 @@ _GROUPS: tuple[tuple[tuple[str, ...], Callable[[pl.DataFrame], pl.DataFrame]], .
 
 
 def annotate(df: pl.DataFrame) -> pl.DataFrame:
-    """Fill the text fields of every row (rows without any of a group's literals are left alone).
+    """Fill the text fields of every row, each distinct text once (per_distinct): every field but
+    socket_failed and at_setup reads the message alone."""
+    df = per_distinct(with_columns_of(df, "detail"), _read, column="msg")
+    with_detail = df.select(pl.concat_str([pl.col("msg"), pl.col("detail").fill_null("")], separator=" ").alias("_text"))
+    return df.with_columns(
+        (pl.col("_socket_words") & (pl.col("source") == "nccl")).alias("socket_failed"),
+        matching(with_detail, pattern=_SETUP, column="_text").alias("at_setup"),
+    ).drop("_socket_words")
 
-    Which groups a row belongs to is decided for every group at once, each distinct text once."""
+
+def _read(texts: pl.DataFrame) -> pl.DataFrame:
+    """The message fields of ``texts``: each group's read only on the texts holding one of its literals."""
     names = [f"_group{i}" for i in range(len(_GROUPS))]
-    df = per_text(
-        df,
-        {name: pl.col("msg").str.contains_any(list(literals)).fill_null(False) for name, (literals, _) in zip(names, _GROUPS, strict=True)},
-        column="msg",
+    texts = texts.with_columns(
+        pl.col("msg").str.contains_any(list(literals)).fill_null(False).alias(name)
+        for name, (literals, _) in zip(names, _GROUPS, strict=True)
     )
     for name, (_, read) in zip(names, _GROUPS, strict=True):
-        mask = df.get_column(name)
+        mask = texts.get_column(name)
         if mask.any():
-            df = pl.concat([df.filter(~mask), read(df.filter(mask))], how="diagonal_relaxed")
-    return _says(df.drop(names))
+            texts = pl.concat([texts.filter(~mask), read(texts.filter(mask))], how="diagonal_relaxed")
+    return _says(texts.drop(names))

@@ -62,16 +62,28 @@ def srun_task_nodes(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
-    """Fill ``rank``, ``node`` and ``local_rank`` where other lines of the same job tell them.
+#: The columns identity resolution reads, and those of them it fills.
+_READS = ("file", "line", "kind", "source", "message", "task", "tasks", "rank", "node", "local_rank", "pid")
+_FILLS = ("rank", "node", "local_rank", "pid")
 
-    Order matters: srun labels first (they decide what a task id means), then
-    nodes of single-node files, then (node, pid) and (node, local rank) joins,
-    then rank -> node; a job with one node gives that node to every event.
+
+def resolve_identity(events: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``rank``, ``node``, ``local_rank`` and ``pid`` where other lines of the same job tell them.
+
+    Worked out on the few columns it reads (each of its joins would copy all of the
+    event table's), then set in the table's rows.
     """
     if events.is_empty():
         return events
-    df = events
+    who = _resolve(events.select(_READS).with_row_index("_row")).sort("_row")
+    return events.with_columns(who.get_column(name) for name in _FILLS)
+
+
+def _resolve(df: pl.DataFrame) -> pl.DataFrame:
+    """Order matters: srun labels first (they decide what a task id means), then
+    nodes of single-node files, then (node, pid) and (node, local rank) joins,
+    then rank -> node; a job with one node gives that node to every event.
+    """
     agents = per_node_files(df)
     # slurmstepd writes into task 0's stream whichever task it is about: its label names no rank
     per_rank = pl.col("task").is_not_null() & ~pl.col("file").is_in(list(agents)) & (pl.col("source") != "slurm")

@@ -14,7 +14,7 @@ import polars as pl
 
 from logsleuth import events
 
-from .common import Example, claim, field, integer, on_rows_with, short_host
+from .common import Example, claim, field, integer, on_rows_with, short_host, with_columns_of
 
 _LINE = (
     r"^(?:\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?)?"
@@ -209,6 +209,7 @@ def attribute_ranks(df: pl.DataFrame) -> pl.DataFrame:
     One process can hold several communicators; the rank in the first (the
     default process group, initialised first) is the global rank.
     """
+    df = with_columns_of(df, "node", "nranks")
     ids = (
         df.filter((pl.col("kind") == events.NCCL_INIT) & pl.col("node").is_not_null() & pl.col("pid").is_not_null())
         .sort("file", "line")

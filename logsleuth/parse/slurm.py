@@ -13,7 +13,7 @@ import polars as pl
 
 from logsleuth import events
 
-from .common import STRSIGNAL, Example, claim, field, integer, on_rows_with
+from .common import STRSIGNAL, Example, claim, field, integer, on_rows_with, with_columns_of
 
 _ARGV0 = r"^(?:slurmstepd|srun|sbatch|salloc|slurmd)(?:-([\w.-]+))?: (?:(error|fatal|warning|info): )?"
 _CANCEL = (
@@ -177,7 +177,7 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
     df = claim(df, is_slurm, {"kind": pl.lit(events.SLURM_LINE)})
     slurm_kinds = pl.col("kind").str.starts_with("slurm") | pl.col("kind").str.starts_with("srun")
     lvl = field(msg, _ARGV0, 2)
-    return df.with_columns(
+    return with_columns_of(df, "node").with_columns(
         pl.when(slurm_kinds).then(pl.lit("slurm")).otherwise(pl.col("source")).alias("source"),
         pl.when(slurm_kinds)
         .then(pl.coalesce(lvl, pl.when(pl.col("kind") != events.SLURM_LINE).then(pl.lit("error")), pl.col("level")))

@@ -11,7 +11,7 @@ import polars as pl
 
 from logsleuth import events
 
-from .common import Example, claim, field, integer, on_rows_with, short_host, signal_name, streams_with
+from .common import Example, claim, field, integer, on_rows_with, short_host, signal_name, streams_with, with_columns_of
 
 _WORK = r"Work(?:NCCL|Gloo|UCC)?\("
 _RANK_HINT = r"\[(?:PG [^\]]*?)?Rank (\d+)\]|communicator was aborted on rank (\d+)"
@@ -170,7 +170,7 @@ def _enrich(df: pl.DataFrame) -> pl.DataFrame:
     def fill(col: str, expr: pl.Expr) -> pl.Expr:
         return pl.coalesce(pl.col(col), pl.when(work).then(expr)).alias(col)
 
-    return df.with_columns(
+    return with_columns_of(df, "seq", "op", "numel", "timeout_ms", "elapsed_ms").with_columns(
         pl.coalesce(pl.col("rank"), rank_hint).alias("rank"),
         fill("seq", integer(msg, r"SeqNum=(\d+)")),
         # a line cut short ("OpType=ALLR") names no operation
@@ -305,7 +305,7 @@ def _attach_what(df: pl.DataFrame) -> pl.DataFrame:
     """Give a ``what():`` line the exception type of the ``terminate called`` line before it."""
     prev_kind = pl.col("kind").shift(1).over("stream", order_by="line")
     prev_type = pl.col("exc_type").shift(1).over("stream", order_by="line")
-    return df.with_columns(
+    return with_columns_of(df, "exc_type").with_columns(
         pl.when(pl.col("_what") & (prev_kind == events.CPP_TERMINATE)).then(prev_type).otherwise(pl.col("exc_type")).alias("exc_type")
     )
 
