@@ -222,8 +222,10 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
         and (probs[lead.category] - runner_up < CLASSIFIER_MARGIN or _mute(events, reasoning))
     )
     if unsure:
-        # the classifier alone, without a clear lead: the best cause a rule proposes speaks instead
-        backed = next((c for c in out[1:] if c.rules and c.role != "consequence"), None)
+        # the classifier alone, without a clear lead: the best cause a rule proposes speaks instead, a
+        # failure of the job's own before what victims print (a peer's reset: its first failure is elsewhere)
+        ruled = [c for c in out[1:] if c.rules]
+        backed = next((c for c in ruled if c.role != "consequence"), next(iter(ruled), None))
         notes.append(
             f"the learned classifier favoured {lead.category} ({probs[lead.category]:.2f}) without a clear margin"
             + (f"; the rules' {backed.category} is the verdict" if backed is not None else "")
@@ -245,7 +247,7 @@ def fuse(events: pl.DataFrame, reasoning: Reasoning, prediction: Prediction | No
         notes.append(
             f"no rule recognises this failure; the learned classifier's guess, {lead.category} ({probs[lead.category]:.2f}), is listed as a candidate"
         )
-    elif not decided:
+    elif not decided and not unsure:
         notes.append(
             f"the evidence does not decide: the best candidate, {lead.category}, has confidence {probs[lead.category]:.2f}"
             f" (below {model.fusion.threshold:.2f}{'' if lead.eids else ', and no error line supports it'})"

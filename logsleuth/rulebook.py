@@ -210,11 +210,16 @@ def _load(folders: list[Path]) -> RuleSet:
     files = {folder: _rule_files(folder) for folder in folders}
     parsed = _parsed([path for paths in files.values() for path in paths])
     for folder, paths in files.items():
+        here: dict[str, Path] = {}  # a later folder's rule replaces one by id; within a folder an id is unique
         for path in paths:
             data = parsed[str(path)]
             for cause in _causes(path, data, problems, causes):
                 causes[cause.id] = cause
             for rule in _rules(path, data, problems, trusted=folder == BUILTIN_RULES):
+                if rule.id in here:
+                    line = _line_of(_lines(path), f'id = "{rule.id}"')
+                    problems.append(f"{path}:{line}: rule {rule.id}: id already used in {here[rule.id]}")
+                here[rule.id] = path
                 rules[rule.id] = rule
     ruleset = RuleSet(rules=list(rules.values()), causes=causes, sources=[str(f) for f in folders])
     problems += relation_problems(ruleset)

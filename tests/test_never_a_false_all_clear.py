@@ -42,6 +42,23 @@ def test_a_budget_that_runs_out_before_the_failure_gives_a_partial_unknown_not_n
     assert json.loads(report.to_json())["partial"] is True
 
 
+@pytest.mark.parametrize(
+    "teardown",
+    [
+        "[2023-09-10 11:45:59,501] [INFO] [launch.py:428:sigkill_handler] Killing subprocess 6294",  # DeepSpeed's launcher
+        "Killing subprocess 2701979",  # torch.distributed.launch before torchrun
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 484376 closing signal SIGTERM",  # torchrun
+    ],
+)
+def test_a_launcher_stopping_its_workers_is_a_failure_not_an_all_clear(tmp_path: Path, teardown: str) -> None:
+    # a launcher stops running workers only when one failed or it was signalled; a job that ends well has none left
+    log = tmp_path / "paste.log"
+    log.write_text(f"Loading checkpoint shards:   0%|          | 0/7 [00:00<?, ?it/s]\n{teardown}\n")
+    report = logsleuth.analyze(log)
+    assert report.verdict.category == "unknown"
+    assert any(teardown in e.text for e in report.verdict.evidence)
+
+
 def test_a_paste_cut_inside_a_traceback_is_a_failure_the_classifier_alone_does_not_name(tmp_path: Path) -> None:
     log = tmp_path / "paste.log"
     log.write_text(

@@ -17,6 +17,9 @@ _WORK = r"Work(?:NCCL|Gloo|UCC)?\("
 _RANK_HINT = r"\[(?:PG [^\]]*?)?Rank (\d+)\]|communicator was aborted on rank (\d+)"
 _AGENT_FAILED = r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\) of binary: (.*)$"
 _CLOSING = r"Sending process (\d+) closing signal (SIG\w+)"
+#: DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler) and torch.distributed.launch before
+#: torchrun (torch <= 1.8 launch.py) kill every child when one exits non-zero or they are signalled
+_KILLING = r"^(?:\[[^\]]*\] )*Killing subprocess \d+\s*$"
 _DEATH = r"Received (SIG\w+|\d+) death signal, shutting down workers"
 _TERMINATE = r"terminate called after throwing an instance of '([^']+)'"
 _WHAT = r"^\s*what\(\):\s+(.*)$"
@@ -45,6 +48,7 @@ TRIGGERS = (
     "Timed out waiting",
     "exitcode",
     "closing signal",
+    "Killing subprocess",
     "death signal",
     "terminate called",
     "Exception raised from",
@@ -112,6 +116,11 @@ EXAMPLES: tuple[Example, ...] = (
         "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 2346 closing signal SIGTERM",
         {"kind": events.AGENT_TEARDOWN, "pid": 2346, "signal": "SIGTERM"},
     ),
+    (
+        "[2023-09-10 11:45:59,501] [INFO] [launch.py:428:sigkill_handler] Killing subprocess 6294",
+        {"kind": events.AGENT_TEARDOWN, "source": "launcher", "level": "warning"},
+    ),
+    ("Killing subprocess 2701979", {"kind": events.AGENT_TEARDOWN, "source": "launcher"}),
     (
         "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers",
         {"kind": events.AGENT_SIGNAL, "signal": "SIGTERM"},
@@ -268,6 +277,12 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
             "pid": integer(msg, _CLOSING, 1),
             "signal": field(msg, _CLOSING, 2),
         },
+    )
+    # every child is killed, the one that failed too: the pid does not mark a victim, so none is kept
+    df = claim(
+        df,
+        msg.str.contains(_KILLING),
+        {"kind": pl.lit(events.AGENT_TEARDOWN), "source": pl.lit("launcher"), "level": pl.lit("warning")},
     )
     death = field(msg, _DEATH, 1)
     df = claim(

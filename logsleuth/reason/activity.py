@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import polars as pl
 
-from logsleuth.events import DIST_MEMBER, LINE, TRACEBACK
+from logsleuth.events import AGENT_TEARDOWN, DIST_MEMBER, LINE, TRACEBACK
 
 from .exits import _DIED, IS_FAILURE
 
 
 def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
     """The launcher's own output is in the inputs (torchrun's log lines, srun's labels) and it
-    reported no worker's death: errors printed along the way were survived."""
+    reported no worker's death and stopped none: errors printed along the way were survived."""
     present = ev.filter((pl.col("source") == "launcher") | pl.col("task").is_not_null()).height > 0
-    if not present or not ev.filter(_DIED).is_empty():
+    if not present or not ev.filter(_DIED | (pl.col("kind") == AGENT_TEARDOWN)).is_empty():
         return False
     # and every file went on with ordinary output after its last error (a cut-off log did not)
     ordinary = (pl.col("kind") == LINE) & (pl.col("level") == "info")

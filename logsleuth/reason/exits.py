@@ -63,7 +63,9 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     ``NCCL error: unhandled system error`` / ``ncclSystemError: ...``), a c10 exception's
     stack dump (``Exception raised from <fn> at <file>:<line>``, ``frame #0: c10::Error::Error(``,
     parse.torch's cpp_stack events), the error
-    record torchrun's launcher logs for an exception (its error-file JSON), an exception of Ray's own
+    record torchrun's launcher logs for an exception (its error-file JSON), a launcher stopping workers
+    that were still running (torchrun's ``closing signal``, DeepSpeed's ``Killing subprocess``: a worker
+    failed or the launcher was signalled; a job that ends well has none left), an exception of Ray's own
     (``ray.exceptions.RaySystemError: System error: ...``: the report of a failed task), a fatal
     line (an allocator abort), an error line that ends its file (a log cut right
     after its error), a connection still retried when its log ends, and a log that ends
@@ -91,6 +93,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     signal = (
         IS_FAILURE
         | (kind == CPP_STACK)
+        | (kind == AGENT_TEARDOWN)
         | (kind.is_in([NCCL_UNWIND, LINE]) & (pl.col("exit_code").fill_null(0) != 0))
         | (level == "fatal")
         | ends_in_error
@@ -190,7 +193,9 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame, rules: RuleSet) -> pl.Da
         | ((pl.col("kind") == TRACEBACK) & pl.col("exc_type").str.contains(r"SignalException$").fill_null(False))
     )
     agents = list(per_node_files(events))
-    launcher = (pl.col("kind") == TRACEBACK) & pl.col("exc_type").str.contains(LAUNCHER_EXCEPTIONS).fill_null(False)
+    # (unless a strong primary rule says what the launcher itself ran into: DeepSpeed's ssh check of its hosts)
+    named = ((pl.col("hit_role") == "primary") & (pl.col("weight") >= STRONG)).fill_null(False)
+    launcher = (pl.col("kind") == TRACEBACK) & pl.col("exc_type").str.contains(LAUNCHER_EXCEPTIONS).fill_null(False) & ~named
     # where srun starts one torchrun per node, "task 0: Exited with exit code 1" is that torchrun reporting its workers
     launcher = launcher | ((pl.col("kind") == SRUN_EXIT) & pl.col("file").is_in(agents) & pl.col("signal").is_null())
     # "terminate called after throwing ..." only announces the what(): line that follows it

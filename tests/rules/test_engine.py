@@ -81,6 +81,13 @@ def test_deferred_must_be_a_boolean(tmp_path: Path) -> None:
         rulebook.load([tmp_path], builtin=False)
 
 
+def test_an_id_used_twice_in_one_rules_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text(_RULES)
+    (tmp_path / "b.toml").write_text(_RULES)
+    with pytest.raises(rulebook.RuleError, match=r"b.toml:\d+: rule TST001: id already used in .*a.toml"):
+        rulebook.load([tmp_path], builtin=False)
+
+
 def test_matcher_keeps_the_hits_schema_with_deferred_rules(only_test_rules: rulebook.RuleSet) -> None:
     hits = match.match(events_of("  exitcode  : -6 (pid: 2231) (SIGABRT)\n"), only_test_rules)
     assert hits.schema == pl.Schema(match.HITS_SCHEMA)
