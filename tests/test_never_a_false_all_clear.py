@@ -59,6 +59,47 @@ def test_a_launcher_stopping_its_workers_is_a_failure_not_an_all_clear(tmp_path:
     assert any(teardown in e.text for e in report.verdict.evidence)
 
 
+@pytest.mark.parametrize(
+    "banner",
+    [
+        "W0826 18:36:00.171000 780964 torch/distributed/run.py:774] *****************************************\n"
+        "W0826 18:36:00.171000 780964 torch/distributed/run.py:774] Setting OMP_NUM_THREADS environment variable for each process"
+        " to be 1 in default, to avoid your system being overloaded, please further tune the variable for optimal performance"
+        " in your application as needed.\n",
+        "Warning: Permanently added 'algo-2,10.0.0.2' (ECDSA) to the list of known hosts.\n",
+        "WARNING: Logging before InitGoogleLogging() is written to STDERR\n",
+        "To avoid this warning pass in values for each of the problematic parameters or run `accelerate config`.\n",
+    ],
+)
+def test_a_paste_of_start_up_banners_alone_is_not_a_run_that_completed(tmp_path: Path, banner: str) -> None:
+    # every job prints these as it starts: they show the job starting, not at work, so "no failure" means nothing
+    log = tmp_path / "paste.log"
+    log.write_text(banner)
+    report = logsleuth.analyze(log)
+    assert report.verdict.category == "unknown"
+    assert "at work" in report.verdict.summary
+
+
+def test_a_python_warning_a_user_asks_about_still_reads_as_a_clean_run(tmp_path: Path) -> None:
+    log = tmp_path / "paste.log"
+    log.write_text(
+        "D:\\envs\\t\\lib\\site-packages\\torch\\cuda\\nccl.py:15: UserWarning: PyTorch is not compiled with NCCL support\n"
+        "  warnings.warn('PyTorch is not compiled with NCCL support')\n"
+    )
+    assert logsleuth.analyze(log).verdict.category == "none"
+
+
+def test_empty_srun_labelled_lines_after_an_error_are_not_output_that_went_on(tmp_path: Path) -> None:
+    # srun --label prints "201: " for an empty line; a paste trims the space. They are no sign the job survived.
+    log = tmp_path / "slurm-9.out"
+    log.write_text(
+        "201:\n201: Traceback (most recent call last):\n"
+        '201:   File "/home/user/pretrain_gpt.py", line 124, in <module>\n'
+        "202:\n202: node02:41368:41368 [2] init.cc:1234 NCCL WARN Frobnication failed\n249:\n"
+    )
+    assert logsleuth.analyze(log).verdict.category == "unknown"
+
+
 def test_a_paste_cut_inside_a_traceback_is_a_failure_the_classifier_alone_does_not_name(tmp_path: Path) -> None:
     log = tmp_path / "paste.log"
     log.write_text(

@@ -136,7 +136,8 @@ _EXIT_STATUS = (
 _ALLOC_ABORT = r"memory allocation of \d+ bytes failed"
 
 _ERRORISH = r"(?i)\b(?:error|exception|fatal|failed|failure|killed|abort(?:ed|ing)?|segmentation fault|cannot|unable to)\b"
-_WARNISH = r"(?i)\bwarn(?:ing)?\b"
+#: (and a Python warning as warnings.showwarning prints it: ``train.py:15: UserWarning: ...``)
+_WARNISH = r"(?i)\bwarn(?:ing)?\b|\w+Warning: "
 
 
 #: An IPv4 address as NCCL, gloo and c10d print a host: `10.0.0.12<46322>`, `[10.0.0.12]:29500`,

@@ -64,12 +64,26 @@ _ENDED_WELL = (
     r"|Local worker group finished \(WorkerState\.SUCCEEDED\)|Process \d+ exits successfully\."
     r"|`Trainer\.fit` stopped: `max_(?:epochs|steps|time)=|(?i:\btraining (?:completed|finished|complete|done)\b)"
 )
+#: Warnings that launchers and libraries print as every job starts, whatever happens next: they show
+#: the job starting, not at work (torchrun's OMP_NUM_THREADS banner and its star lines, and mmcv's copy of it, torch.distributed.launch's deprecation, accelerate's
+#: defaults, glog's preamble, ssh's known-hosts note, DeepSpeed's missing-hostfile note, libibverbs'
+#: config directory, and the source line a Python warning echoes).
+_START_BANNER = (
+    r"Setting (?:OMP|MKL)_NUM_THREADS environment variable for each process|^(?:torch\.distributed\.run: \[WARNING\]\s*)?\**\s*$"
+    r"|The following values were not passed to .accelerate launch.|To avoid this warning pass in values for each of the problematic"
+    r"|The module torch\.distributed\.launch is deprecated|Logging before InitGoogleLogging\(\) is written to STDERR|Permanently added .* to the list of known hosts"
+    r"|Unable to find hostfile, will proceed with training with local resources only"
+    r"|libibverbs: Warning: couldn't open config directory|^\s*warnings\.warn\("
+)
 #: NCCL's socket layer giving up (misc/socket.cc returning an error, a refused or unroutable connect).
 _SOCKET_FAILED = r"socket\.cc:\d+ -> [1-9]|(?i:connection refused|no route to host|network is unreachable|connect(?:ion)? timed out)"
 
 
 #: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
 _PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
+#: A command line echoed into the log (a shell prompt, a launcher's ``cmd = ...``): its ``--batch-size``
+#: and ``--epochs`` options are no training at work.
+_COMMAND_LINE = r"\s--[A-Za-z][\w-]*(?:[= ]|$)"
 #: Where a set-up failure is raised: forming the process group, or DDP's first exchange.
 _SETUP = (
     r"init_process_group|_new_process_group_helper|connectFullMesh|rendezvous|_verify_param|_store_based_barrier"
@@ -90,8 +104,9 @@ def _says(texts: pl.DataFrame) -> pl.DataFrame:
             "glog_below_error": has(_GLOG_NOT_ERROR),
             "retrying": has(_STILL_CONNECTING) & ~has(_UNUSABLE_ADDRESS),
             "nccl_error": has(NCCL_ERROR_RETURN),
-            "progress": has(_PROGRESS) & ~has(SHOWN_SOURCE),
+            "progress": has(_PROGRESS) & ~has(SHOWN_SOURCE) & ~has(_COMMAND_LINE),
             "ended_well": has(_ENDED_WELL),
+            "start_banner": has(_START_BANNER),
             "_socket_words": has(_SOCKET_FAILED),
             "says_enqueued": has("(?i)last enqueued"),
             "says_nccl": has("NCCL"),

@@ -35,7 +35,7 @@ _TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 PREFIX = (
     r"^"
     rf"(?:\[?(?P<ts>{_TS})\]?[ \t]+)?"
-    r"(?:(?:P\d+ )?[ ]*(?P<task>\d{1,6}): )?"
+    r"(?:(?:P\d+ )?[ ]*(?P<task>\d{1,6}):(?: |$))?"  # a label alone: srun's empty line, its space trimmed by a paste
     rf"(?:\[?(?P<ts2>{_TS})\]?[ \t]+)?"
     r"(?:\((?:(?P<ray_who>[A-Za-z_][\w.:-]*) )?pid=(?P<ray_pid>\d+)(?:, ip=(?P<ray_ip>[\d.]+))?\) )?"
     r"(?:std(?:out|err): )?"

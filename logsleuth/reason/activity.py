@@ -17,7 +17,8 @@ def _launcher_saw_no_failure(ev: pl.DataFrame) -> bool:
     if not present or not ev.filter(_DIED | (pl.col("kind") == AGENT_TEARDOWN)).is_empty():
         return False
     # and every file went on with ordinary output after its last error (a cut-off log did not)
-    ordinary = (pl.col("kind") == LINE) & (pl.col("level") == "info")
+    # (a labelled empty line, srun's "201:", is no output)
+    ordinary = (pl.col("kind") == LINE) & (pl.col("level") == "info") & (pl.col("message") != "")
     per_file = ev.group_by("file").agg(
         pl.col("line").filter(IS_FAILURE).max().alias("_err"), pl.col("line").filter(ordinary).max().alias("_ok")
     )
@@ -32,7 +33,8 @@ def shows_activity(ev: pl.DataFrame) -> bool:
     """Do the logs show the job at work, so that finding no failure in them means something?
 
     A log with no failure signal reads as ``none`` only if it shows more than set-up
-    chatter: a warning or error (the alarming line a user asks about, judged harmless),
+    chatter: a warning or error (the alarming line a user asks about, judged harmless; not the
+    banners every job prints as it starts, parse.fields' start_banner),
     a line a rule explains, training progress (steps, epochs, a loss, a progress bar) or
     an ending (torchelastic's SUCCEEDED). A paste of NCCL's initialisation lines alone,
     or of a launcher's banner, stops before anything happened: its failure, if any, is
@@ -41,7 +43,7 @@ def shows_activity(ev: pl.DataFrame) -> bool:
         return False
     hit = pl.col("hit_role").is_not_null() if "hit_role" in ev.columns else pl.lit(False)
     at_work = (
-        pl.col("level").is_in(["warning", "error", "fatal"])
+        (pl.col("level").is_in(["warning", "error", "fatal"]) & ~pl.col("start_banner").fill_null(False))
         | hit
         | pl.col("step").is_not_null()
         | _PROGRESS_LINE
