@@ -212,6 +212,7 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "nccl_error": pl.Boolean(),  # an NCCL error return as PyTorch reports it ("NCCL error: unhandled system error")
     "progress": pl.Boolean(),  # training at work: steps, epochs, a loss, a progress bar (not a traceback's source line)
     "ended_well": pl.Boolean(),  # the job or a worker ended well (torchelastic's SUCCEEDED, "training completed")
+    "backtrace_frame": pl.Boolean(),  # a line of a native backtrace printed after an error (dmlc's "Stack trace:", "[bt] (3) ...")
     "start_banner": pl.Boolean(),  # a warning every job prints as it starts (torchrun's OMP_NUM_THREADS, glog's preamble)
     "socket_failed": pl.Boolean(),  # an NCCL line of its socket layer giving up (socket.cc -> 2, a refused or unroutable connect)
     "at_setup": pl.Boolean(),  # message or detail is about forming the process group (init_process_group, TCPStore, ...)

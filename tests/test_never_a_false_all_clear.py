@@ -100,6 +100,20 @@ def test_empty_srun_labelled_lines_after_an_error_are_not_output_that_went_on(tm
     assert logsleuth.analyze(log).verdict.category == "unknown"
 
 
+def test_an_error_line_followed_only_by_its_native_backtrace_is_a_failure(tmp_path: Path) -> None:
+    # dmlc-core (DGL, MXNet, TVM, XGBoost) prints "Stack trace:" and "[bt] (N)" frames under its error
+    log = tmp_path / "paste.log"
+    log.write_text(
+        "dgl._ffi.base.DGLError: [02:00:36] /opt/dgl/src/rpc/rpc.cc:484: Check failed: l_id < local_data_shape[0] : \n"
+        "Stack trace:\n"
+        "  [bt] (0) /opt/venv/lib/python3.11/site-packages/dgl/libdgl.so(+0x8a4b80) [0x7f63c1aa4b80]\n"
+        "  [bt] (1) /opt/venv/lib/python3.11/site-packages/dgl/libdgl.so(DGLFuncCall+0x48) [0x7f63c1916108]\n"
+    )
+    report = logsleuth.analyze(log)
+    assert report.verdict.category == "unknown"
+    assert any("Check failed" in e.text for e in report.verdict.evidence)
+
+
 def test_a_paste_cut_inside_a_traceback_is_a_failure_the_classifier_alone_does_not_name(tmp_path: Path) -> None:
     log = tmp_path / "paste.log"
     log.write_text(

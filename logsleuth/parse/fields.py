@@ -75,6 +75,9 @@ _START_BANNER = (
     r"|Unable to find hostfile, will proceed with training with local resources only"
     r"|libibverbs: Warning: couldn't open config directory|^\s*warnings\.warn\("
 )
+#: A native backtrace as dmlc-core prints it under an error (DGL, MXNet, TVM, XGBoost: "Stack trace:",
+#: then "[bt] (N) lib.so(...) [0x...]"): the error's own lines, not output that followed it.
+_BACKTRACE_FRAME = r"^\s*\[bt\] \(\d+\) |^\s*Stack trace:\s*$"
 #: NCCL's socket layer giving up (misc/socket.cc returning an error, a refused or unroutable connect).
 _SOCKET_FAILED = r"socket\.cc:\d+ -> [1-9]|(?i:connection refused|no route to host|network is unreachable|connect(?:ion)? timed out)"
 
@@ -107,6 +110,7 @@ def _says(texts: pl.DataFrame) -> pl.DataFrame:
             "progress": has(_PROGRESS) & ~has(SHOWN_SOURCE) & ~has(_COMMAND_LINE),
             "ended_well": has(_ENDED_WELL),
             "start_banner": has(_START_BANNER),
+            "backtrace_frame": has(_BACKTRACE_FRAME),
             "_socket_words": has(_SOCKET_FAILED),
             "says_enqueued": has("(?i)last enqueued"),
             "says_nccl": has("NCCL"),

@@ -67,7 +67,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     that were still running (torchrun's ``closing signal``, DeepSpeed's ``Killing subprocess``: a worker
     failed or the launcher was signalled; a job that ends well has none left), an exception of Ray's own
     (``ray.exceptions.RaySystemError: System error: ...``: the report of a failed task), a fatal
-    line (an allocator abort), an error line that ends its file (a log cut right
+    line (an allocator abort), an error line that ends its file but for a native backtrace (a log cut right
     after its error), a connection still retried when its log ends, and a log that ends
     while processes are still joining the group (fewer members than its world) all count.
     With the rule ``hits`` at hand, an NCCL WARN that no rule knows (not even as harmless
@@ -77,7 +77,9 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     if events.is_empty():
         return pl.Series("failure", [], dtype=pl.Boolean)
     kind, level = pl.col("kind"), pl.col("level")
-    last = pl.col("line") == pl.col("line").max().over("file")
+    # the last line of its file, a native backtrace printed under it aside
+    frame = pl.col("backtrace_frame").fill_null(False)
+    last = ~frame & (pl.col("line") == pl.col("line").filter(~frame).max().over("file"))
     members = pl.col("rank").filter(kind == DIST_MEMBER).n_unique()  # over every file: a rank may write its own
     still_joining = last & (kind == DIST_MEMBER) & (members < pl.col("nranks"))
     ends_in_error = still_joining | last & (
@@ -125,7 +127,9 @@ def _still_retrying(ev: pl.DataFrame) -> pl.DataFrame:
     """A connection a rule knows as a retry (context: c10d's or NCCL's "failed to connect ...,
     retrying") that is still being retried when its log ends: the process never reached its
     peer, so the retries of that file are its failure (a weak primary: any stronger failure wins)."""
-    last = pl.col("line") == pl.col("line").max().over("file")
+    # the last line of its file, a native backtrace printed under it aside
+    frame = pl.col("backtrace_frame").fill_null(False)
+    last = ~frame & (pl.col("line") == pl.col("line").filter(~frame).max().over("file"))
     retrying = last & (pl.col("hit_role") == "context") & pl.col("retrying").fill_null(False)
     ended = ev.filter(retrying.fill_null(False)).select("file", "rule").unique()
     if ended.is_empty():
