@@ -14,7 +14,7 @@ import polars as pl
 
 from logsleuth import events
 
-from .common import Example, claim, field, integer, on_rows_with, short_host, with_columns_of
+from .common import Example, claim, field, on_rows_with, short_host, with_columns_of
 
 _LINE = (
     r"^(?:\[(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?)?"
@@ -113,18 +113,22 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(parts.alias("_n"))
     n = pl.col("_n")
     body = n.struct.field("body")
+    # a pattern that several fields read is matched once: polars evaluates an expression again in
+    # every column that holds it (and compiles it again, its regex cache being smaller than the parsers' set)
+    df = df.with_columns(body.str.extract_groups(p).alias(f"_{name}") for name, p in _READ_ONCE.items())
+    init, comm, env, unwind = (pl.col(f"_{name}").struct.field for name in _READ_ONCE)
     is_nccl = n.struct.field("lvl").is_not_null()
     lvl = n.struct.field("lvl")
     kind = (
         pl.when(body.str.contains(_VERSION))
         .then(pl.lit(events.NCCL_VERSION))
-        .when(body.str.contains(_INIT))
+        .when(init("1").is_not_null())
         .then(pl.lit(events.NCCL_INIT))
         .when(body.str.contains(_BOOTSTRAP_IF) | body.str.contains(_NET_IF))
         .then(pl.lit(events.NCCL_NET))
-        .when(body.str.contains(_ENV))
+        .when(env("1").is_not_null())
         .then(pl.lit(events.NCCL_ENV))
-        .when(body.str.contains(_UNWIND))
+        .when(unwind("1").is_not_null())
         .then(pl.lit(events.NCCL_UNWIND))
         .when(lvl == "WARN")
         .then(pl.lit(events.NCCL_WARN))
@@ -149,7 +153,7 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
         {
             "kind": kind,
             "source": pl.lit("nccl"),
-            "level": pl.when(body.str.contains(_UNWIND)).then(pl.lit("error")).otherwise(lvl.replace_strict(_LEVEL, default="info")),
+            "level": pl.when(unwind("1").is_not_null()).then(pl.lit("error")).otherwise(lvl.replace_strict(_LEVEL, default="info")),
             "node": short_host(n.struct.field("host")),
             "pid": n.struct.field("pid").cast(pl.Int64, strict=False),
             "time": pl.coalesce(
@@ -160,24 +164,34 @@ def _annotate(df: pl.DataFrame) -> pl.DataFrame:
             "interface": pl.coalesce(
                 field(body, _BOOTSTRAP_IF, 1), field(body, _NET_IF, 1), field(body, r"NCCL_SOCKET_IFNAME set by environment to (\S+)", 1)
             ),
-            "rank": pl.coalesce(integer(body, _INIT, 2).cast(pl.Int32), pl.col("rank")),
-            "nranks": pl.coalesce(integer(body, _INIT, 3), integer(body, _COMM, 3)).cast(pl.Int32),
-            "comm_rank": integer(body, _COMM, 2).cast(pl.Int32),
-            "device": integer(body, _COMM, 4).cast(pl.Int32),
-            "bus_id": field(body, _COMM, 5),
+            "rank": pl.coalesce(_integer(init("2")).cast(pl.Int32), pl.col("rank")),
+            "nranks": pl.coalesce(_integer(init("3")), _integer(comm("3"))).cast(pl.Int32),
+            "comm_rank": _integer(comm("2")).cast(pl.Int32),
+            "device": _integer(comm("4")).cast(pl.Int32),
+            "bus_id": comm("5"),
             "comm_id": field(body, _COMM_ID, 1),
             "detail": pl.coalesce(
-                pl.concat_str([field(body, _ENV, 1), pl.lit("="), field(body, _ENV, 2)]),
+                pl.concat_str([env("1"), pl.lit("="), env("2")]),
                 pl.when(src.is_not_null()).then(
                     pl.concat_str([src, pl.concat_str([pl.lit(" ("), n.struct.field("func"), pl.lit(")")])], ignore_nulls=True)
                 ),
-                field(body, _UNWIND, 1),
+                unwind("1"),
             ),
-            "exit_code": integer(body, _UNWIND, 2).cast(pl.Int32),
+            "exit_code": _integer(unwind("2")).cast(pl.Int32),
             "msg": body,
         },
     )
-    return _fields(df.drop("_n"))
+    return _fields(df.drop("_n", *(f"_{name}" for name in _READ_ONCE)))
+
+
+#: The patterns _annotate reads several groups of, or tests and reads (each has a group 1 that takes
+#: part in every match, so a match is a group 1 that is not null).
+_READ_ONCE = {"init": _INIT, "comm": _COMM, "env": _ENV, "unwind": _UNWIND}
+
+
+def _integer(group: pl.Expr) -> pl.Expr:
+    """A group read as common.integer reads it."""
+    return group.cast(pl.Int64, strict=False)
 
 
 #: The interface and address of a "Using" line: ``Bootstrap : Using eth0:10.0.0.12<0>``,

@@ -36,18 +36,37 @@ def map_text(value: T, fn: Callable[[str], str]) -> T:
 
 
 def collect_text(value: object, out: set[str]) -> None:
-    """Add every string inside ``value`` to ``out`` (the strings :func:`map_text` would map)."""
+    """Add every string inside ``value`` to ``out`` (the strings :func:`map_text` would map).
+
+    Numbers and None are passed over before the dataclass test, and a dataclass's field names are
+    looked up once per class: the report of a job of 4,096 ranks holds 100,000 values.
+    """
     if isinstance(value, str):
         out.add(value)
-    elif isinstance(value, list):
-        for v in value:
-            collect_text(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            collect_text(v, out)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            collect_text(getattr(value, f.name), out)
+    elif isinstance(value, list | dict) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        values = value if isinstance(value, list) else value.values() if isinstance(value, dict) else _values(value)
+        for v in values:
+            if isinstance(v, str):
+                out.add(v)
+            elif not isinstance(v, _SCALARS):
+                collect_text(v, out)
+
+
+#: Values that hold no text.
+_SCALARS = (int, float, type(None))
+
+
+def _values(obj: object) -> list[object]:
+    """A dataclass instance's field values."""
+    cls = type(obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(obj))  # type: ignore[arg-type]
+    return [getattr(obj, name) for name in names]
+
+
+#: A dataclass's field names, per class.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 @dataclass
