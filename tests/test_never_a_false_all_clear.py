@@ -80,12 +80,30 @@ def test_a_paste_of_start_up_banners_alone_is_not_a_run_that_completed(tmp_path:
     assert "at work" in report.verdict.summary
 
 
-def test_a_python_warning_a_user_asks_about_still_reads_as_a_clean_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(
+            "D:\\envs\\t\\lib\\site-packages\\torch\\cuda\\nccl.py:15: UserWarning: PyTorch is not compiled with NCCL support\n"
+            "  warnings.warn('PyTorch is not compiled with NCCL support')\n",
+            id="a Python warning a user asks about",
+        ),
+        pytest.param(
+            "Epoch 10/10\n70/70 [==============================] - 7s 102ms/step - loss: 0.0907 - accuracy: 0.9739\n"
+            "2020-06-08 05:30:15.889706: W tensorflow/core/kernels/data/generator_dataset_op.cc:103] Error occurred when"
+            " finalizing GeneratorDataset iterator: Cancelled: Operation was cancelled\n",
+            id="a last line whose own absl marker says warning",
+        ),
+        pytest.param(
+            "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2\nInitializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2\n"
+            "tensor(0.5245, device='cuda:1', grad_fn=<MseLossBackward0>)\ntensor(0.5649, device='cuda:2', grad_fn=<MseLossBackward0>)\n",
+            id="printed loss tensors: the job at work",
+        ),
+    ],
+)
+def test_a_clean_run_with_alarming_looking_lines_reads_none(tmp_path: Path, text: str) -> None:
     log = tmp_path / "paste.log"
-    log.write_text(
-        "D:\\envs\\t\\lib\\site-packages\\torch\\cuda\\nccl.py:15: UserWarning: PyTorch is not compiled with NCCL support\n"
-        "  warnings.warn('PyTorch is not compiled with NCCL support')\n"
-    )
+    log.write_text(text)
     assert logsleuth.analyze(log).verdict.category == "none"
 
 

@@ -54,7 +54,8 @@ _STILL_CONNECTING = r"(?i)fail(?:ed)? to connect|connect(?: to \S+)? returned .*
 _UNUSABLE_ADDRESS = r"errno: (?:22|97)\b"
 #: A line whose own glog marker says warning or info (``[W socket.cpp:436]``, ``[W1008 23:40:22.83 socket.cpp:767]``),
 #: whatever a wrapper that labels every stderr line an error put before it.
-_GLOG_NOT_ERROR = r"\[[WI]\d{0,4}(?: [\d:.]+)?(?: \d+)? ?[\w/.-]+\.(?:cpp|cc|h|hpp):\d+\]"
+#: TensorFlow's, XLA's and absl's logging (``2020-06-08 05:30:15.889706: W tensorflow/core/.../x.cc:103] ...``) say it the same way.
+_GLOG_NOT_ERROR = r"\[[WI]\d{0,4}(?: [\d:.]+)?(?: \d+)? ?[\w/.-]+\.(?:cpp|cc|h|hpp):\d+\]|(?:^|\d: )[WI] [\w/.-]+\.(?:cpp|cc|h|hpp):\d+\] "
 #: An NCCL error return as PyTorch (or NCCL's own API) reports it: ``NCCL error in: ...``,
 #: ``NCCL error: unhandled system error``, ``ncclSystemError: System call ...``.
 NCCL_ERROR_RETURN = r"\bNCCL error\b|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b"
@@ -82,8 +83,9 @@ _BACKTRACE_FRAME = r"^\s*\[bt\] \(\d+\) |^\s*Stack trace:\s*$"
 _SOCKET_FAILED = r"socket\.cc:\d+ -> [1-9]|(?i:connection refused|no route to host|network is unreachable|connect(?:ion)? timed out)"
 
 
-#: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar.
-_PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\|"
+#: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar, a printed
+#: tensor that autograd computed (``tensor(0.52, device='cuda:1', grad_fn=<MseLossBackward0>)``).
+_PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\||grad_fn=<\w*Backward"
 #: A command line echoed into the log (a shell prompt, a launcher's ``cmd = ...``): its ``--batch-size``
 #: and ``--epochs`` options are no training at work.
 _COMMAND_LINE = r"\s--[A-Za-z][\w-]*(?:[= ]|$)"
