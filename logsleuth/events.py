@@ -211,6 +211,7 @@ SCHEMA: Mapping[str, pl.DataType] = {
     "retrying": pl.Boolean(),  # a connection being retried ("failed to connect ..., retrying"), to an address it can use
     "nccl_error": pl.Boolean(),  # an NCCL error return as PyTorch reports it ("NCCL error: unhandled system error")
     "progress": pl.Boolean(),  # training at work: steps, epochs, a loss, a progress bar (not a traceback's source line)
+    "progress_counted": pl.Boolean(),  # progress that counts (a number by its keyword, a bar, a rate): a process still working
     "ended_well": pl.Boolean(),  # the job or a worker ended well (torchelastic's SUCCEEDED, "training completed")
     "backtrace_frame": pl.Boolean(),  # a line of a native backtrace printed after an error (dmlc's "Stack trace:", "[bt] (3) ...")
     "start_banner": pl.Boolean(),  # a warning every job prints as it starts (torchrun's OMP_NUM_THREADS, glog's preamble)

@@ -99,6 +99,11 @@ def test_a_paste_of_start_up_banners_alone_is_not_a_run_that_completed(tmp_path:
             "tensor(0.5245, device='cuda:1', grad_fn=<MseLossBackward0>)\ntensor(0.5649, device='cuda:2', grad_fn=<MseLossBackward0>)\n",
             id="printed loss tensors: the job at work",
         ),
+        pytest.param(
+            "   134217728      33554432     float     sum      -1   2666.0   50.35   94.40      0   2660.4   50.45   94.59      0\n"
+            "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 84.8558\n",
+            id="nccl-tests' summary after its last size",
+        ),
     ],
 )
 def test_a_clean_run_with_alarming_looking_lines_reads_none(tmp_path: Path, text: str) -> None:
@@ -135,6 +140,14 @@ def test_a_clean_run_with_alarming_looking_lines_reads_none(tmp_path: Path, text
             "Check failed",
             id="an error followed only by its native backtrace",
         ),
+        pytest.param(
+            # bash reports a job that SIGTERM ended with strsignal's text on a line of its own
+            "2021-09-02 21:49:27.319 | INFO     | yolox.core.launch:_distributed_worker:116 - Rank 1 initialization finished.\n"
+            "[W ProcessGroupNCCL.cpp:1569] Rank 1 using best-guess GPU 1 to perform barrier as devices used by this process are"
+            " currently unknown.\nTerminated\n",
+            "Terminated",
+            id="a shell's Terminated after the job's last line",
+        ),
     ],
 )
 def test_a_paste_that_ends_in_an_unexplained_failure_reads_unknown_with_its_lines(tmp_path: Path, text: str, shown: str) -> None:
@@ -143,6 +156,20 @@ def test_a_paste_that_ends_in_an_unexplained_failure_reads_unknown_with_its_line
     report = logsleuth.analyze(log)
     assert report.verdict.category == "unknown"
     assert any(shown in e.text for e in report.verdict.evidence)
+
+
+def test_an_exception_message_that_runs_on_with_the_word_loss_is_not_progress_after_it(tmp_path: Path) -> None:
+    log = tmp_path / "paste.log"
+    log.write_text(
+        '  File "/opt/conda/lib/python3.8/site-packages/torch/nn/parallel/distributed.py", line 1139, in forward\n'
+        "    if torch.is_grad_enabled() and self.reducer._rebuild_buckets():\n"
+        "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This error"
+        " indicates that your module has parameters that were not used in producing loss.\n"
+        "making sure all `forward` function outputs participate in calculating loss. \n"
+    )
+    report = logsleuth.analyze(log)
+    assert report.verdict.category == "ddp_usage_error"
+    assert not any("handled" in n for n in report.notes)
 
 
 def test_code_lines_of_another_ranks_unfolded_traceback_are_not_progress_after_an_error(tmp_path: Path) -> None:

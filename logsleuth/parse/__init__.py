@@ -119,6 +119,8 @@ LINE_TRIGGERS: tuple[str, ...] = (
     "raining complete",
     "raining finished",
     "raining done",
+    "Out of bounds values",
+    "Avg bus bandwidth",
 )
 
 #: Literal strings that make a raw line worth parsing (the ingest prefilter): every parser's
@@ -135,7 +137,12 @@ _EXIT_STATUS = (
 #: Allocators that abort the process when memory runs out (Rust's std, C++ new_handler wrappers).
 _ALLOC_ABORT = r"memory allocation of \d+ bytes failed"
 
-_ERRORISH = r"(?i)\b(?:error|exception|fatal|failed|failure|killed|abort(?:ed|ing)?|segmentation fault|cannot|unable to)\b"
+_ERRORISH = (
+    r"(?i)\b(?:error|exception|fatal|failed|failure|killed|abort(?:ed|ing)?|segmentation fault|cannot|unable to)\b"
+    # a shell's report of a job it ran that a signal ended (bash's strsignal text: "Terminated",
+    # "[1]+  Terminated   python train.py", "./run.sh: line 12:  4242 Terminated   python train.py")
+    r"|^(?:\[\d+\][+-]?\s+|.*: line \d+:\s+\d+\s+)?(?:Terminated|Hangup|Quit)(?:\s{2,}\S.*)?\s*$"
+)
 #: (and a Python warning as warnings.showwarning prints it: ``train.py:15: UserWarning: ...``)
 _WARNISH = r"(?i)\bwarn(?:ing)?\b|\w+Warning: "
 

@@ -64,6 +64,8 @@ _ENDED_WELL = (
     r"torchelastic\.worker\.status\.SUCCEEDED|worker group successfully finished|Done waiting for other agents"
     r"|Local worker group finished \(WorkerState\.SUCCEEDED\)|Process \d+ exits successfully\."
     r"|`Trainer\.fit` stopped: `max_(?:epochs|steps|time)=|(?i:\btraining (?:completed|finished|complete|done)\b)"
+    # nccl-tests' summary after its last size (src/common.cu): every check passed, the run is over
+    r"|^# Out of bounds values : 0 OK|^# Avg bus bandwidth\s*: "
 )
 #: Warnings that launchers and libraries print as every job starts, whatever happens next: they show
 #: the job starting, not at work (torchrun's OMP_NUM_THREADS banner and its star lines, and mmcv's copy of it, torch.distributed.launch's deprecation, accelerate's
@@ -84,8 +86,20 @@ _SOCKET_FAILED = r"socket\.cc:\d+ -> [1-9]|(?i:connection refused|no route to ho
 
 
 #: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar, a printed
-#: tensor that autograd computed (``tensor(0.52, device='cuda:1', grad_fn=<MseLossBackward0>)``).
-_PROGRESS = r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\||grad_fn=<\w*Backward"
+#: tensor that autograd computed (``tensor(0.52, device='cuda:1', grad_fn=<MseLossBackward0>)``), a
+#: benchmark's result row.
+_PROGRESS = (
+    r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\||grad_fn=<\w*Backward"
+    # a result row of nccl-tests (size, count, type, redop, root, then times and bandwidths)
+    r"|^\s*\d+\s+\d+\s+(?:float|double|half|bfloat16|int8|uint8|int32|uint32|int64|uint64|f8e4m3|f8e5m2)\s+(?:sum|prod|max|min|avg|none|mulsum)\s+-?\d+\s+\d"
+)
+#: Progress that counts: a number by its keyword (``step 12``, ``loss: 0.52``, ``Epoch 3/10``), a bar, a
+#: rate. What a process printed after an exception shows it kept working only if it counts; a wrapped
+#: exception message runs on with words such as "participate in calculating loss".
+_COUNTED = (
+    r"(?i)\b(?:step|steps|iter|iteration|epoch|ep|loss|batch)\b\W{0,3}[-+]?\d|\d+%\||\b\d+/\d+\b|^\s*\d+\s+\d+\s+[a-z]\w*\s+[a-z]+\s+-?\d"
+    r"|\b(?:it/s|s/it|samples/s|tokens/s)\b|grad_fn=<\w*Backward"
+)
 #: A command line echoed into the log (a shell prompt, a launcher's ``cmd = ...``): its ``--batch-size``
 #: and ``--epochs`` options are no training at work.
 _COMMAND_LINE = r"\s--[A-Za-z][\w-]*(?:[= ]|$)"
@@ -110,6 +124,7 @@ def _says(texts: pl.DataFrame) -> pl.DataFrame:
             "retrying": has(_STILL_CONNECTING) & ~has(_UNUSABLE_ADDRESS),
             "nccl_error": has(NCCL_ERROR_RETURN),
             "progress": has(_PROGRESS) & ~has(SHOWN_SOURCE) & ~has(_COMMAND_LINE),
+            "progress_counted": has(_COUNTED) & has(_PROGRESS) & ~has(SHOWN_SOURCE) & ~has(_COMMAND_LINE),
             "ended_well": has(_ENDED_WELL),
             "start_banner": has(_START_BANNER),
             "backtrace_frame": has(_BACKTRACE_FRAME),

@@ -67,7 +67,8 @@ _LAYERS = PREFIX.removesuffix("(?P<msg>.*)$") + "$"
 
 
 #: pdsh/clush's ``host: `` before a remote line: a name with a digit in it, or an IPv4 address.
-_HOST = r"^([A-Za-z][A-Za-z0-9-]*[0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*|\d{1,3}(?:\.\d{1,3}){3}): "
+_HOST_NAME = r"[A-Za-z][A-Za-z0-9-]*[0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*|\d{1,3}(?:\.\d{1,3}){3}"
+_HOST = rf"^({_HOST_NAME}): "
 #: torchx's ``{role}/{replica} `` before every line of a replica (``torchx log``, ``torchx run``;
 #: torchx/util/log_tee_helpers.py): ``trainer/0 [1]:[W socket.cpp:558] ...``.
 _REPLICA = r"^([A-Za-z_][\w-]*/\d{1,5}) "
@@ -86,9 +87,13 @@ def _host_candidates(raws: pl.DataFrame) -> pl.DataFrame:
     pdsh = pl.col("raw").str.extract(_HOST, 1)
     pdsh = pl.when(pdsh.str.contains(_NOT_HOST).not_()).then(pdsh)
     replica = pl.col("raw").str.extract(_REPLICA, 1)
+    # the same host twice (DeepSpeed's runner over pdsh over ssh: ``10.0.0.5: 10.0.0.5: ``) is one prefix
+    again = pl.col("raw").str.slice(pdsh.str.len_chars() + 2).str.extract(_HOST, 1)
     return raws.with_columns(
         pl.coalesce(pdsh, replica).alias("host"),
-        pl.when(pdsh.is_not_null())
+        pl.when(pdsh.is_not_null() & (again == pdsh))
+        .then(pdsh.str.len_chars() * 2 + 4)
+        .when(pdsh.is_not_null())
         .then(pdsh.str.len_chars() + 2)
         .when(replica.is_not_null())
         .then(replica.str.len_chars() + 1)

@@ -75,7 +75,9 @@ def _handled(ev: pl.DataFrame) -> list[int]:
     ranked_files = said.get_column("file").unique().to_list()
     multi_rank = said.get_column("rank").n_unique() > 1
     # the same process: a traceback whose writer is known (Ray's "(Worker pid=N)") is survived only by that pid's progress
-    ordinary = ev.filter(_PROGRESS_LINE).group_by("file", "rank", "pid").agg(pl.col("line").max().alias("_last_ok"))
+    # progress that counts (a step, a loss value): a wrapped exception message runs on with words like "loss"
+    counted = _PROGRESS_LINE & pl.col("progress_counted").fill_null(False)
+    ordinary = ev.filter(counted).group_by("file", "rank", "pid").agg(pl.col("line").max().alias("_last_ok"))
     tb = ev.filter((pl.col("kind") == TRACEBACK) & pl.col("level").is_in(["error", "fatal"]))
     if tb.is_empty():
         return []

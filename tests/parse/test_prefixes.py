@@ -115,6 +115,23 @@ def test_pdsh_host_prefixes_peel_to_the_node_and_the_rest_still_peels() -> None:
     assert len(set(got["stream"].to_list())) == 4  # hosts are separate writers
 
 
+def test_the_same_host_prefix_twice_peels_as_one_and_a_different_second_name_stays() -> None:
+    # DeepSpeed's runner over pdsh over ssh can print the remote host twice; a host before an
+    # interface name ("mlx5: gpu-d03: ...", a driver's own prefix) is one prefix, the rest is the message
+    lines = [
+        "10.0.87.143: 10.0.87.143: node1:149:298 [5] NCCL INFO group.cc:210 -> 2",
+        "10.0.87.143: 10.0.87.143: Traceback (most recent call last):",
+        "mlx5: gpu-d03: got completion with error:",
+    ]
+    got = peel(pl.DataFrame({"file": ["f"] * 3, "line": [1, 2, 3], "raw": lines}), {"f": 2026})
+    assert got["host"].to_list() == ["10.0.87.143", "10.0.87.143", "mlx5"]
+    assert got["msg"].to_list() == [
+        "node1:149:298 [5] NCCL INFO group.cc:210 -> 2",
+        "Traceback (most recent call last):",
+        "gpu-d03: got completion with error:",
+    ]
+
+
 def test_a_logger_name_in_a_file_that_is_not_pdsh_output_is_not_a_host() -> None:
     lines = ["boto3: retrying the upload", "[rank1]: RuntimeError: x", "srun: error: node01: task 1: Exited with exit code 1"]
     got = peel(pl.DataFrame({"file": ["f"] * 3, "line": [1, 2, 3], "raw": lines}), {"f": 2026})
