@@ -12,7 +12,7 @@ import polars as pl
 from logsleuth import events
 from logsleuth.events import matching
 
-from . import fields, identity, mpi, nccl, prefixes, python, slurm, torch
+from . import fields, identity, mpi, nccl, prefixes, python, slurm, torch, wrapped
 from .common import with_columns_of
 
 #: The parser modules, each declaring ``TRIGGERS`` (literals one of which is in every line it
@@ -165,7 +165,7 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     """Parse kept lines (file, line, raw) into the event table (events.SCHEMA)."""
     if lines.is_empty():
         return events.empty()
-    df = with_columns_of(prefixes.peel(lines, years), "kind")
+    df = with_columns_of(prefixes.peel(wrapped.unwrap(lines), years), "kind")
     df, tracebacks = python.fold(df)
     df, failures = torch.fold_failure_tables(df)
     df, reports = mpi.fold(df)
