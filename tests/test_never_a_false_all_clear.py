@@ -104,6 +104,12 @@ def test_a_paste_of_start_up_banners_alone_is_not_a_run_that_completed(tmp_path:
             "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 84.8558\n",
             id="nccl-tests' summary after its last size",
         ),
+        pytest.param(
+            "(head, rank=0, pid=36870) [node01:0]:The average bandwidth of all_reduce with a 4.0GB payload (5 trials, 16 ranks):\n"
+            "(head, rank=0, pid=36870) [node01:0]: algbw: 11.135 GBps (89.1 Gbps)\n"
+            "(head, rank=0, pid=36870) [node01:0]: busbw: 20.878 GBps (167.0 Gbps)\n",
+            id="a collective benchmark's measured bandwidth",
+        ),
     ],
 )
 def test_a_clean_run_with_alarming_looking_lines_reads_none(tmp_path: Path, text: str) -> None:
@@ -147,6 +153,21 @@ def test_a_clean_run_with_alarming_looking_lines_reads_none(tmp_path: Path, text
             " currently unknown.\nTerminated\n",
             "Terminated",
             id="a shell's Terminated after the job's last line",
+        ),
+        pytest.param(
+            # Open MPI's fatal error handler: the process aborts, whatever the error class says
+            "[node01:07356] *** An error occurred in MPI_Allgather\n[node01:07356] *** reported by process [1740308481,1]\n"
+            "[node01:07356] *** on communicator MPI_COMM_WORLD\n[node01:07356] *** MPI_ERR_OTHER: known error not in list\n"
+            "[node01:07356] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,\n"
+            "[node01:07356] ***    and potentially your MPI job)\n[1700554343.440970] [node02\n",
+            "MPI_ERRORS_ARE_FATAL",
+            id="MPI's fatal error handler aborting, the paste cut after it",
+        ),
+        pytest.param(
+            "srun: job 8812 queued and waiting for resources\nsrun: job 8812 has been allocated resources\n"
+            "slurmstepd: error: spank: x11.so: Frobnicating the display failed\n",
+            "Frobnicating",
+            id="a slurmstepd error that ends the paste",
         ),
     ],
 )

@@ -121,6 +121,12 @@ LINE_TRIGGERS: tuple[str, ...] = (
     "raining done",
     "Out of bounds values",
     "Avg bus bandwidth",
+    # a benchmark's measured bandwidth (progress), MPI's fatal error handler (parse._SELF_ABORT)
+    "algbw",
+    "busbw",
+    "MPI_ERRORS_ARE_FATAL",
+    "Local abort",
+    "Fatal error in",
 )
 
 #: Literal strings that make a raw line worth parsing (the ingest prefilter): every parser's
@@ -134,8 +140,14 @@ KEYWORDS: tuple[str, ...] = tuple(dict.fromkeys([*LINE_TRIGGERS, *(t for parser 
 _EXIT_STATUS = (
     r"(?i)\b(?:exit(?:ed)?(?: with)?(?: exit)? ?(?:status code|code|status)|exitcode|non-zero exit status|return ?code)\s*[:=]?\s*(-?\d+)\b"
 )
-#: Allocators that abort the process when memory runs out (Rust's std, C++ new_handler wrappers).
-_ALLOC_ABORT = r"memory allocation of \d+ bytes failed"
+#: A process aborting itself: allocators when memory runs out (Rust's std, C++ new_handler wrappers),
+#: MPI's fatal error handler (Open MPI's errhandler_predefined.c: ``*** MPI_ERRORS_ARE_FATAL (processes in
+#: this communicator will now abort,``, 1.x's ``*** MPI_ERRORS_ARE_FATAL: your MPI job will now abort``,
+#: ``Local abort before MPI_INIT completed``; MPICH's ``Fatal error in PMPI_Allreduce: ...``).
+_SELF_ABORT = (
+    r"memory allocation of \d+ bytes failed|\*\*\* MPI_ERRORS_ARE_FATAL\b|\bLocal abort (?:before|after) MPI_INIT\b"
+    r"|\bFatal error in P?MPI_\w+: "
+)
 
 _ERRORISH = (
     r"(?i)\b(?:error|exception|fatal|failed|failure|killed|abort(?:ed|ing)?|segmentation fault|cannot|unable to)\b"
@@ -185,7 +197,7 @@ def build(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     df = with_columns_of(df, "exit_code")
     df = df.with_columns(
         pl.col("kind").fill_null(events.LINE),
-        pl.when(plain & msg.str.contains(_ALLOC_ABORT)).then(pl.lit("fatal")).otherwise(pl.col("level").fill_null(level)).alias("level"),
+        pl.when(plain & msg.str.contains(_SELF_ABORT)).then(pl.lit("fatal")).otherwise(pl.col("level").fill_null(level)).alias("level"),
         pl.col("source").fill_null("app"),
         pl.when(plain)
         .then(msg.str.extract(_EXIT_STATUS, 1).cast(pl.Int32, strict=False))

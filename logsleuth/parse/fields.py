@@ -90,6 +90,8 @@ _SOCKET_FAILED = r"socket\.cc:\d+ -> [1-9]|(?i:connection refused|no route to ho
 #: benchmark's result row.
 _PROGRESS = (
     r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\||grad_fn=<\w*Backward"
+    # a collective benchmark's measured bandwidth (``algbw: 11.1 GBps``, ``busbw: 20.9 GBps``)
+    r"|\b(?:algbw|busbw)\W{0,3}\d"
     # a result row of nccl-tests (size, count, type, redop, root, then times and bandwidths)
     r"|^\s*\d+\s+\d+\s+(?:float|double|half|bfloat16|int8|uint8|int32|uint32|int64|uint64|f8e4m3|f8e5m2)\s+(?:sum|prod|max|min|avg|none|mulsum)\s+-?\d+\s+\d"
 )
@@ -98,7 +100,7 @@ _PROGRESS = (
 #: exception message runs on with words such as "participate in calculating loss".
 _COUNTED = (
     r"(?i)\b(?:step|steps|iter|iteration|epoch|ep|loss|batch)\b\W{0,3}[-+]?\d|\d+%\||\b\d+/\d+\b|^\s*\d+\s+\d+\s+[a-z]\w*\s+[a-z]+\s+-?\d"
-    r"|\b(?:it/s|s/it|samples/s|tokens/s)\b|grad_fn=<\w*Backward"
+    r"|\b(?:it/s|s/it|samples/s|tokens/s)\b|grad_fn=<\w*Backward|\b(?:algbw|busbw)\W{0,3}\d"
 )
 #: A command line echoed into the log (a shell prompt, a launcher's ``cmd = ...``): its ``--batch-size``
 #: and ``--epochs`` options are no training at work.

@@ -27,6 +27,7 @@ from logsleuth.events import (
     NCCL_WARN,
     SLURM_CANCEL,
     SLURM_FAILED,
+    SLURM_LINE,
     SLURM_MEMORY_ERROR,
     SLURM_NODE_FAILURE,
     SLURM_OOM,
@@ -68,7 +69,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     failed or the launcher was signalled; a job that ends well has none left), an exception of Ray's own
     (``ray.exceptions.RaySystemError: System error: ...``: the report of a failed task), a fatal
     line (an allocator abort), an error line that ends its file but for a native backtrace (a log cut right
-    after its error), a connection still retried when its log ends, and a log that ends
+    after its error; slurmstepd's ``error:`` lines count), a connection still retried when its log ends, and a log that ends
     while processes are still joining the group (fewer members than its world) all count.
     With the rule ``hits`` at hand, an NCCL WARN that no rule knows (not even as harmless
     context) counts too: NCCL warns just before it returns an error. (A traceback cut
@@ -84,7 +85,7 @@ def failure_signals(events: pl.DataFrame, hits: pl.DataFrame | None = None) -> p
     still_joining = last & (kind == DIST_MEMBER) & (members < pl.col("nranks"))
     ends_in_error = still_joining | last & (
         (
-            kind.is_in([LINE, EXCEPTION])
+            kind.is_in([LINE, EXCEPTION, SLURM_LINE])
             & (level == "error")
             & ~pl.col("shutdown_noise").fill_null(False)
             & ~pl.col("glog_below_error").fill_null(False)
