@@ -200,7 +200,12 @@ def _read_exits(ev: pl.DataFrame, events: pl.DataFrame, rules: RuleSet) -> pl.Da
     agents = list(per_node_files(events))
     # (unless a strong primary rule says what the launcher itself ran into: DeepSpeed's ssh check of its hosts)
     named = ((pl.col("hit_role") == "primary") & (pl.col("weight") >= STRONG)).fill_null(False)
-    launcher = (pl.col("kind") == TRACEBACK) & pl.col("exc_type").str.contains(LAUNCHER_EXCEPTIONS).fill_null(False) & ~named
+    # (mp.spawn's "process 1 terminated with signal SIGSEGV" is the only record of a crash: the child printed nothing;
+    # a SIGKILL or SIGTERM was sent by someone else, the OOM killer or the scheduler, and stays the launcher's report)
+    death = pl.col("exc_type").str.ends_with("ProcessExitedException").fill_null(False) & pl.col("message").str.contains(
+        r"terminated with signal SIG(?:SEGV|ABRT|BUS|ILL|FPE)\b"
+    ).fill_null(False)
+    launcher = (pl.col("kind") == TRACEBACK) & pl.col("exc_type").str.contains(LAUNCHER_EXCEPTIONS).fill_null(False) & ~named & ~death
     # where srun starts one torchrun per node, "task 0: Exited with exit code 1" is that torchrun reporting its workers
     launcher = launcher | ((pl.col("kind") == SRUN_EXIT) & pl.col("file").is_in(agents) & pl.col("signal").is_null())
     # "terminate called after throwing ..." only announces the what(): line that follows it

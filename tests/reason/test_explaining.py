@@ -126,3 +126,19 @@ def test_a_refused_store_on_127_0_0_1_in_a_single_node_job_stays_master_unreacha
     )
     report = logsleuth.analyze([str(tmp_path)])
     assert report.verdict.category == "master_unreachable"
+
+
+def test_mp_spawn_reporting_a_child_killed_by_a_signal_is_that_death_not_a_launcher_summary(tmp_path: Path) -> None:
+    # the child printed nothing: ProcessExitedException's "terminated with signal" is the only record of its death
+    log = tmp_path / "train.log"
+    log.write_text(
+        "[node01] rank 1/2 ready\nstep 1 loss 0.1372 (0.385s/step)\n"
+        "W1125 00:16:55.265000 30906 torch/multiprocessing/spawn.py:165] Terminating process 30939 via signal SIGTERM\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py", line 192, in join\n'
+        "    raise ProcessExitedException(\n"
+        "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGSEGV\n"
+    )
+    report = logsleuth.analyze([str(log)])
+    assert report.verdict.category == "crash_signal"
+    assert report.verdict.first_failure.rank == 1
