@@ -110,6 +110,12 @@ def test_a_paste_of_start_up_banners_alone_is_not_a_run_that_completed(tmp_path:
             "(head, rank=0, pid=36870) [node01:0]: busbw: 20.878 GBps (167.0 Gbps)\n",
             id="a collective benchmark's measured bandwidth",
         ),
+        pytest.param(
+            "node02:146:146 [0] NCCL INFO comm 0x1a374220 rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId a000 commId 0x6fbf - Init COMPLETE\n"
+            "vLLM NCCL is successful!\nvLLM NCCL with cuda graph is successful!\n"
+            "node02:146:205 [0] NCCL INFO [Service thread] Connection closed by localRank 0\n",
+            id="vLLM's distributed sanity check passing",
+        ),
     ],
 )
 def test_a_clean_run_with_alarming_looking_lines_reads_none(tmp_path: Path, text: str) -> None:

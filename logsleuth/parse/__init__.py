@@ -103,6 +103,8 @@ LINE_TRIGGERS: tuple[str, ...] = (
     "GLOO_",
     "IFNAME",
     "MASTER_",
+    "master_addr",
+    "Initializing distributed tasks at",
     "WORLD_SIZE",
     "world_size",
     "LOCAL_RANK",
@@ -121,6 +123,7 @@ LINE_TRIGGERS: tuple[str, ...] = (
     "raining done",
     "Out of bounds values",
     "Avg bus bandwidth",
+    "is successful!",
     # a benchmark's measured bandwidth (progress), MPI's fatal error handler (parse._SELF_ABORT)
     "algbw",
     "busbw",

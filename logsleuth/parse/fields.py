@@ -66,6 +66,8 @@ _ENDED_WELL = (
     r"|`Trainer\.fit` stopped: `max_(?:epochs|steps|time)=|(?i:\btraining (?:completed|finished|complete|done)\b)"
     # nccl-tests' summary after its last size (src/common.cu): every check passed, the run is over
     r"|^# Out of bounds values : 0 OK|^# Avg bus bandwidth\s*: "
+    # the distributed sanity check of vLLM's troubleshooting guide (docs/.../troubleshooting.md's test.py)
+    r"|\b(?:PyTorch|vLLM) (?:NCCL|GLOO)(?: with cuda graph)? is successful!|^sanity check is successful!"
 )
 #: Warnings that launchers and libraries print as every job starts, whatever happens next: they show
 #: the job starting, not at work (torchrun's OMP_NUM_THREADS banner and its star lines, and mmcv's copy of it, torch.distributed.launch's deprecation, accelerate's

@@ -59,6 +59,7 @@ def check(events: pl.DataFrame) -> list[Finding]:
     out += _world(ev)
     out += _membership(ev)
     out += _shared_gpus(ev)
+    out += _master_address(ev)
     return out
 
 
@@ -208,6 +209,40 @@ def _nccl_says_mismatch(ev: pl.DataFrame) -> list[Finding]:
             corroborated=True,
         )
     ]
+
+
+#: Where a process says which rendezvous host it uses: an environment assignment or dump (``MASTER_ADDR=10.0.0.1``,
+#: ``export MASTER_ADDR=node01``, ``MASTER_ADDR: node01``), torchrun's launch configuration (``master_addr : node01``),
+#: LLaMA-Factory's ``Initializing distributed tasks at: 10.0.0.2:29500``.
+_MASTER_ADDR = (
+    r"(?:\bMASTER_ADDR\s*[=:]\s*[\"']?|^\s*master_addr\s*:\s*|Initializing distributed tasks at: )"
+    r"([A-Za-z0-9][\w.-]*[A-Za-z0-9])"
+)
+_IPV4 = r"^\d{1,3}(?:\.\d{1,3}){3}$"
+
+
+def _master_address(ev: pl.DataFrame) -> list[Finding]:
+    """Nodes (or launch files) told different rendezvous hosts never meet: each waits at its own store.
+
+    Compared only where every unit names one host and all are addresses or all are names (node01 and
+    its own address may be the same host), so a renamed master is no disagreement."""
+    said = ev.filter(pl.col("message").str.contains(r"MASTER_ADDR|master_addr|Initializing distributed tasks at")).with_columns(
+        pl.col("message").str.extract(_MASTER_ADDR, 1).alias("value")
+    )
+    said = said.drop_nulls("value").filter(~pl.col("value").str.contains(r"^(?:\$|\{)"))
+    if said.get_column("unit").n_unique() < 2:
+        return []
+    per_unit = said.group_by("unit").agg(pl.col("value").n_unique().alias("n"))
+    if per_unit.get_column("n").max() != 1:
+        return []
+    kinds = said.get_column("value").str.contains(_IPV4).unique()
+    if kinds.len() != 1:
+        return []
+    found = _disagree(said, "rendezvous host (MASTER_ADDR)", "env_misconfigured", 0.75)
+    for f in found:
+        f.shows_failure = True  # the groups can never form: each node waits at its own store
+        f.summary += ": every node must be given the same MASTER_ADDR and MASTER_PORT (the address of the rank-0 node)"
+    return found
 
 
 def _dotted(code: str) -> str:

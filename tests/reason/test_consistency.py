@@ -6,6 +6,9 @@ misc/param.cc, misc/socket.cc) under ``NCCL_DEBUG=INFO``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import logsleuth
 from logsleuth.reason import consistency
 from tests.conftest import events_of
 
@@ -114,3 +117,23 @@ def test_a_restarted_process_on_the_same_gpu_is_not_a_shared_gpu() -> None:
         """
     )
     assert not [f for f in consistency.check(ev) if f.cause == "device_misassignment"]
+
+
+def test_nodes_launched_with_different_master_addresses_never_meet(tmp_path: Path) -> None:
+    (tmp_path / "node01.log").write_text(
+        "$ NNODES=2 RANK=0 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 llamafactory-cli train sft.yaml\n"
+        "[2024-09-27 11:34:58,949] [INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator to cuda (auto detect)\n"
+    )
+    (tmp_path / "node02.log").write_text(
+        "$ NNODES=2 RANK=1 MASTER_ADDR=10.0.0.2 MASTER_PORT=29500 llamafactory-cli train sft.yaml\n"
+        "09/27/2024 11:34:41 - INFO - llamafactory.cli - Initializing distributed tasks at: 10.0.0.2:29500\n"
+    )
+    report = logsleuth.analyze([str(tmp_path)])
+    assert report.verdict.category == "env_misconfigured"
+    assert "MASTER_ADDR" in report.verdict.summary
+
+
+def test_a_master_named_by_host_on_one_node_and_by_address_on_another_is_no_disagreement(tmp_path: Path) -> None:
+    (tmp_path / "node01.log").write_text("export MASTER_ADDR=node01\nstep 1 loss 0.52\n")
+    (tmp_path / "node02.log").write_text("export MASTER_ADDR=10.0.0.1\nstep 1 loss 0.52\n")
+    assert logsleuth.analyze([str(tmp_path)]).verdict.category == "none"
