@@ -37,7 +37,7 @@ PREFIX = (
     rf"(?:\[?(?P<ts>{_TS})\]?[ \t]+)?"
     r"(?:(?:P\d+ )?[ ]*(?P<task>\d{1,6}):(?: |$))?"  # a label alone: srun's empty line, its space trimmed by a paste
     rf"(?:\[?(?P<ts2>{_TS})\]?[ \t]+)?"
-    r"(?:\((?:(?P<ray_who>[A-Za-z_][\w.:-]*) )?pid=(?P<ray_pid>\d+)(?:, ip=(?P<ray_ip>[\d.]+))?\) )?"
+    r"(?:\((?:(?P<ray_who>[A-Za-z_][\w.:-]*) )?(?:rank=(?P<ray_rank>\d+) )?pid=(?P<ray_pid>\d+)(?:, ip=(?P<ray_ip>[\d.]+))?\) )?"
     r"(?:std(?:out|err): )?"
     r"(?:(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[(?:\d+,)?(?P<mpi_rank>\d+)\]<std(?:out|err)>:[ ]?)?"
     r"(?:\[(?P<role_a>[A-Za-z_][A-Za-z_-]*?)?(?P<num_a>\d{1,6})\]:[ ]?)?"
@@ -45,7 +45,8 @@ PREFIX = (
     r"(?:\[rank: (?P<pl_rank>\d+)\] )?"
     r"(?:\[?(?P<glvl>[IWEF])(?P<gdate>\d{3,4}) (?P<gtime>\d\d:\d\d:\d\d(?:\.\d+)?)(?:[ ]+(?P<gpid>\d+))?[ ]+"
     r"(?P<gsrc>[^\]\s]+:\d+)\][ ]?"
-    r"|\[(?P<clvl>[IWEF]) (?P<csrc>[\w./-]+:\d+)\][ ]?)?"
+    r"|\[(?P<clvl>[IWEF]) (?P<csrc>[\w./-]+:\d+)\][ ]?"
+    r"|(?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<vdate>\d\d-\d\d) (?P<vtime>\d\d:\d\d:\d\d(?:\.\d+)?) \[?(?P<vsrc>[\w./-]+\.py:\d+)\][ ]?)?"
     r"(?:(?P<pylvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]+):)?"
     r"(?P<msg>.*)$"
 )
@@ -165,6 +166,8 @@ def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         .then(_num("num_b"))
         .when(~has_b & (role_a == "rank"))
         .then(_num("num_a"))
+        .when(pl.col("ray_rank").is_not_null())  # vLLM's "(VllmWorker rank=1 pid=4410)"
+        .then(_num("ray_rank"))
     )
     # the outer of two headers, or a lone header of another role (an empty one too: torchx's "[1]:")
     local_rank = pl.when(has_b | (role_a != "rank").fill_null(True)).then(_num("num_a"))
@@ -173,11 +176,14 @@ def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
     # c10's own logger does not zero-pad the month: E502 is May 2, E1122 Nov 22.
     gdate = pl.col("gdate")
     glog = pl.concat_str([year, pl.lit("-"), gdate.str.head(-2).str.zfill(2), pl.lit("-"), gdate.str.tail(2), pl.lit(" "), pl.col("gtime")])
+    # vLLM's logger: "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d]" with "%m-%d %H:%M:%S", no year either
+    vllm = pl.concat_str([year, pl.lit("-"), pl.col("vdate"), pl.lit(" "), pl.col("vtime")])
     level = (
         pl.col("glvl")
         .replace_strict(_LEVELS, default=None, return_dtype=pl.String)
         .fill_null(pl.col("clvl").replace_strict(_LEVELS, default=None, return_dtype=pl.String))
         .fill_null(pl.col("pylvl").replace_strict(_PY_LEVELS, default=None, return_dtype=pl.String))
+        .fill_null(pl.col("vlvl").replace_strict(_PY_LEVELS, default=None, return_dtype=pl.String))
     )
     where = pl.coalesce("gsrc", "csrc", "logger")
     source = (
@@ -194,14 +200,14 @@ def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         _num("task").alias("task"),
         rank.alias("rank"),
         local_rank.alias("local_rank"),
-        pl.coalesce(_parse_time(iso), _parse_time(glog)).alias("time"),
+        pl.coalesce(_parse_time(iso), _parse_time(glog), _parse_time(vllm)).alias("time"),
         level.alias("level"),
         source.alias("source"),
         pl.coalesce(
             pl.when(pl.col("gsrc").str.contains(r"\.py:\d+$")).then(pl.col("gpid").cast(pl.Int64, strict=False)),
             pl.col("ray_pid").cast(pl.Int64, strict=False),
         ).alias("pid"),
-        where.alias("origin"),
+        where.alias("origin"),  # (not vLLM's: it re-logs whole tracebacks line by line, which fold like printed ones)
         # a host name is a node (cut at the domain, as NCCL prints it); an address stays whole
         pl.when(pl.col("host").str.contains(r"^\d"))
         .then(pl.col("host"))

@@ -22,6 +22,23 @@ CASES = [
     ("Wed Mar  5 09:14:02 2025[2]<stderr>:Segmentation fault (core dumped)", "Segmentation fault (core dumped)", None, 2, None, None),
     ("[0]<stdout>:epoch 1 done", "epoch 1 done", None, 0, None, None),
     ("[rank: 2] Epoch 0", "Epoch 0", None, 2, None, None),
+    # vLLM: its worker tag (the worker's rank) and its logger's header, re-logging a worker's traceback
+    (
+        "(VllmWorker rank=1 pid=4410) ERROR 05-20 09:14:02 [multiproc_executor.py:470] Traceback (most recent call last):",
+        "Traceback (most recent call last):",
+        None,
+        1,
+        None,
+        "error",
+    ),
+    (
+        "(EngineCore_DP0 pid=701301) INFO 05-20 09:14:03 [core.py:718] Waiting for init message",
+        "Waiting for init message",
+        None,
+        None,
+        None,
+        "info",
+    ),
     (
         "[rank0]:[E502 11:59:03.123 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout",
         "[Rank 0] Watchdog caught collective operation timeout",
