@@ -37,7 +37,22 @@ BUILTIN_CATALOGUE = Path(os.environ.get("LOGSLEUTH_CATALOGUE_DIR", Path(__file__
 if not BUILTIN_CATALOGUE.is_dir():
     BUILTIN_CATALOGUE = Path(__file__).resolve().parent / "catalogue"
 
-SOURCES = ("pytorch", "nccl", "gloo", "slurm", "cuda", "deepspeed", "lightning", "accelerate", "ray", "openmpi", "glibc", "vllm", "transformers", "megatron")
+SOURCES = (
+    "pytorch",
+    "nccl",
+    "gloo",
+    "slurm",
+    "cuda",
+    "deepspeed",
+    "lightning",
+    "accelerate",
+    "ray",
+    "openmpi",
+    "glibc",
+    "vllm",
+    "transformers",
+    "megatron",
+)
 LEVELS = ("error", "warning", "info")
 _REQUIRED = ("id", "source", "origin", "versions", "level", "template", "sample")
 _FIELDS = frozenset({*_REQUIRED, "cause", "role", "harmless", "note"})
