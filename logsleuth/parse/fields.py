@@ -87,13 +87,14 @@ _BACKTRACE_FRAME = r"^\s*\[bt\] \(\d+\) |^\s*Stack trace:\s*$"
 _SOCKET_FAILED = r"socket\.cc:\d+ -> [1-9]|(?i:connection refused|no route to host|network is unreachable|connect(?:ion)? timed out)"
 
 
+#: A collective benchmark's measured bandwidth (``algbw: 11.1 GBps``, ``busbw: 20.9 GBps``): progress, and progress that counts.
+_BANDWIDTH = r"\b(?:algbw|busbw)\W{0,3}\d"
 #: A line that shows training going on: step/epoch/iteration counters, a loss, a progress bar, a printed
 #: tensor that autograd computed (``tensor(0.52, device='cuda:1', grad_fn=<MseLossBackward0>)``), a
 #: benchmark's result row.
 _PROGRESS = (
     r"(?i)\b(?:step|steps|iter|iteration|epoch|loss|batch|it/s|s/it|samples/s|tokens/s)\b|\d+%\||grad_fn=<\w*Backward"
-    # a collective benchmark's measured bandwidth (``algbw: 11.1 GBps``, ``busbw: 20.9 GBps``)
-    r"|\b(?:algbw|busbw)\W{0,3}\d"
+    rf"|{_BANDWIDTH}"
     # a result row of nccl-tests (size, count, type, redop, root, then times and bandwidths)
     r"|^\s*\d+\s+\d+\s+(?:float|double|half|bfloat16|int8|uint8|int32|uint32|int64|uint64|f8e4m3|f8e5m2)\s+(?:sum|prod|max|min|avg|none|mulsum)\s+-?\d+\s+\d"
 )
@@ -102,7 +103,7 @@ _PROGRESS = (
 #: exception message runs on with words such as "participate in calculating loss".
 _COUNTED = (
     r"(?i)\b(?:step|steps|iter|iteration|epoch|ep|loss|batch)\b\W{0,3}[-+]?\d|\d+%\||\b\d+/\d+\b|^\s*\d+\s+\d+\s+[a-z]\w*\s+[a-z]+\s+-?\d"
-    r"|\b(?:it/s|s/it|samples/s|tokens/s)\b|grad_fn=<\w*Backward|\b(?:algbw|busbw)\W{0,3}\d"
+    rf"|\b(?:it/s|s/it|samples/s|tokens/s)\b|grad_fn=<\w*Backward|{_BANDWIDTH}"
 )
 #: A command line echoed into the log (a shell prompt, a launcher's ``cmd = ...``): its ``--batch-size``
 #: and ``--epochs`` options are no training at work.

@@ -182,8 +182,7 @@ def peel(lines: pl.DataFrame, years: dict[str, int]) -> pl.DataFrame:
         pl.col("glvl")
         .replace_strict(_LEVELS, default=None, return_dtype=pl.String)
         .fill_null(pl.col("clvl").replace_strict(_LEVELS, default=None, return_dtype=pl.String))
-        .fill_null(pl.col("pylvl").replace_strict(_PY_LEVELS, default=None, return_dtype=pl.String))
-        .fill_null(pl.col("vlvl").replace_strict(_PY_LEVELS, default=None, return_dtype=pl.String))
+        .fill_null(pl.coalesce("pylvl", "vlvl").replace_strict(_PY_LEVELS, default=None, return_dtype=pl.String))
     )
     where = pl.coalesce("gsrc", "csrc", "logger")
     source = (
